@@ -1,0 +1,53 @@
+"""Exit codes and the one handler that turns expected failures into a one-line message."""
+
+from __future__ import annotations
+
+import enum
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class Exit(enum.IntEnum):
+    """Documented exit codes (README, 'Exit codes'). Never renumber: CI gates depend on them."""
+
+    OK = 0
+    VULNERABLE = 1  # the kernel is the racy variant
+    USAGE = 2  # bad flags (argparse) or a bad flag combination
+    UNKNOWN = 3  # kernel not recognised, drifted from its release, or preconditions violated
+    NOT_APPLICABLE = 4  # the tree has no DeepSeek-V4 planner (SGLang <= 0.5.11)
+    STALE_BUILD = 5  # tree fixed, but a racy JIT build is still in the cache
+    REFUSED = 6  # apply/revert/clear-cache refused to touch something; nothing changed
+    NOT_FOUND = 7  # no SGLang tree or kernel where one was named
+    REPRO_FAILED = 8  # the GPU harness saw a bad plan or a hazard on a fixed variant
+    ENVIRONMENT = 9  # a required tool is missing (GPU, nvcc, compute-sanitizer)
+    FINDINGS = 10  # scan-logs found failure signatures
+    INTERNAL = 70  # a bug in sglang-dsv4-fix: please report it
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class FatalError(Exception):
+    """An expected failure: one line for the operator and the exit code that classifies it."""
+
+    def __init__(self, message: str, code: Exit = Exit.REFUSED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@contextmanager
+def error_handler(prog: str) -> Iterator[list[int]]:
+    """Run the body; map FatalError, Ctrl-C and bugs to their exit codes in ``result[0]``."""
+    result = [int(Exit.OK)]
+    try:
+        yield result
+    except FatalError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        result[0] = int(e.code)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        result[0] = int(Exit.INTERRUPTED)
+    except Exception as e:  # a bug: a short report, never a silent success
+        print(f"{prog}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        traceback.print_exc(limit=4, file=sys.stderr)
+        result[0] = int(Exit.INTERNAL)
