@@ -1,0 +1,185 @@
+"""Find the planner kernel in any SGLang layout, without importing SGLang.
+
+Accepted: a git source checkout (``python/sglang``), its ``python/`` folder, a ``site-packages``
+folder, the ``sglang`` package folder itself, or (no path) the sglang the interpreter would import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from sglang_dsv4_fix.errors import Exit, FatalError
+
+Layout = Literal["pre-refactor", "post-refactor"]
+Kind = Literal["git", "installed", "package"]
+
+# Kernel root (holds csrc/ and include/) and loader module, per layout; from FACTS.md's matrix.
+KERNEL_ROOTS: dict[Layout, str] = {
+    "pre-refactor": "jit_kernel",  # 0.5.12 - 0.5.16
+    "post-refactor": "kernels/jit",  # 0.5.17 +
+}
+LOADER_MODULES: dict[Layout, str] = {
+    "pre-refactor": "sglang.jit_kernel.dsv4.compress",
+    "post-refactor": "sglang.kernels.ops.attention.dsv4.compress",
+}
+KERNEL_IN_ROOT = "csrc/deepseek_v4/c_plan.cuh"
+_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: Path
+    kind: Kind
+    package_dir: Path
+    kernel_path: Path | None
+    layout: Layout | None
+    release: str | None
+    release_source: str
+    git_root: Path | None
+
+    @property
+    def kernel_root(self) -> Path:
+        if self.layout is None:
+            raise FatalError(f"{self.package_dir} has no DeepSeek-V4 planner", Exit.NOT_APPLICABLE)
+        return self.package_dir / KERNEL_ROOTS[self.layout]
+
+    @property
+    def loader_module(self) -> str | None:
+        return LOADER_MODULES[self.layout] if self.layout else None
+
+    @property
+    def kernel_relpath(self) -> str | None:
+        """The kernel's path as a git checkout names it (``python/sglang/...``)."""
+        if self.kernel_path is None:
+            return None
+        return f"python/sglang/{self.kernel_path.relative_to(self.package_dir).as_posix()}"
+
+
+def find_tree(path: str | Path | None = None) -> Tree:
+    """The SGLang tree at ``path`` (or the importable one); raises FatalError if there is none."""
+    package = _importable_package() if path is None else _package_under(Path(path))
+    layout, kernel = _kernel(package)
+    git_root = _git_root(package)
+    kind: Kind = "git" if git_root is not None else _plain_kind(package)
+    release, source = _release(package, git_root)
+    root = Path(path).resolve() if path is not None else package
+    return Tree(root, kind, package, kernel, layout, release, source, git_root)
+
+
+def _importable_package() -> Path:
+    spec = importlib.util.find_spec("sglang")  # finds, never imports, a top-level package
+    if spec is None or not spec.submodule_search_locations:
+        raise FatalError("no --tree given and this Python cannot import sglang", Exit.NOT_FOUND)
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _package_under(path: Path) -> Path:
+    if not path.exists():
+        raise FatalError(f"{path}: no such file or folder", Exit.NOT_FOUND)
+    if not path.is_dir():
+        raise FatalError(f"{path}: not a folder (give the tree, not a file)", Exit.NOT_FOUND)
+    path = path.resolve()
+    found = [p for p in _candidates(path) if _is_sglang(p)]
+    if not found:
+        raise FatalError(
+            f"{path}: no SGLang package here (looked for sglang/, python/sglang/ or the package "
+            "folder itself)",
+            Exit.NOT_FOUND,
+        )
+    if len(found) > 1:
+        names = ", ".join(str(p) for p in found)
+        raise FatalError(f"{path}: several SGLang packages: {names}; name one", Exit.UNKNOWN)
+    return found[0]
+
+
+def _candidates(path: Path) -> list[Path]:
+    return [path, path / "sglang", path / "python" / "sglang"]
+
+
+def _is_sglang(path: Path) -> bool:
+    if path.name != "sglang" or not path.is_dir():
+        return False
+    return (path / "__init__.py").is_file() or any((path / r).is_dir() for r in KERNEL_ROOTS.values())
+
+
+def _kernel(package: Path) -> tuple[Layout | None, Path | None]:
+    present = [
+        (layout, package / root / KERNEL_IN_ROOT)
+        for layout, root in KERNEL_ROOTS.items()
+        if (package / root / KERNEL_IN_ROOT).exists() or (package / root / KERNEL_IN_ROOT).is_symlink()
+    ]
+    if len(present) > 1:
+        names = " and ".join(str(p) for _, p in present)
+        raise FatalError(f"two planner kernels in one tree: {names}; refusing to guess", Exit.UNKNOWN)
+    return present[0] if present else (None, None)
+
+
+def _git_root(package: Path) -> Path | None:
+    """The checkout root when the package sits at ``<root>/python/sglang`` of a git work tree."""
+    root = package.parent.parent
+    if package.parent.name == "python" and (root / ".git").exists():
+        return root
+    return None
+
+
+def _plain_kind(package: Path) -> Kind:
+    return "installed" if any(package.parent.glob("sglang-*.dist-info")) else "package"
+
+
+def _release(package: Path, git_root: Path | None) -> tuple[str | None, str]:
+    for source, finder in (
+        ("dist-info", _from_dist_info),
+        ("sglang/_version.py", _from_version_file),
+    ):
+        found = finder(package)
+        if found:
+            return found, source
+    if git_root is not None:
+        tag = _from_git_tag(git_root)
+        if tag:
+            return tag, "git tag"
+    return None, "unknown"
+
+
+def _from_dist_info(package: Path) -> str | None:
+    infos = sorted(package.parent.glob("sglang-*.dist-info"))
+    if len(infos) != 1:
+        return None  # none, or several stale ones: the name would be a guess
+    metadata = infos[0] / "METADATA"
+    if not metadata.is_file():
+        return None
+    for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return None
+
+
+def _from_version_file(package: Path) -> str | None:
+    path = package / "_version.py"
+    if not path.is_file():
+        return None
+    m = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", path.read_text())
+    return m.group(1) if m else None
+
+
+def _from_git_tag(git_root: Path) -> str | None:
+    """A release tag on HEAD (plain git: no gitpython on the read-only paths)."""
+    try:
+        out = subprocess.run(
+            ("git", "-C", str(git_root), "tag", "--points-at", "HEAD"),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    tags = [m.group(1) for t in out.split() if (m := _RELEASE.match(t))]
+    return tags[0] if len(tags) == 1 else None
