@@ -83,21 +83,35 @@ def generate(out: Path, cache: Path) -> None:
     groups: dict[tuple[str, str], str] = {}  # (sha, layout) -> first release with those bytes
     for version in RELEASES:
         releases[version] = describe(version, fetch(version, cache), groups, out)
-    manifest = {"schema": 1, "generated_by": "backport/backport.py", "fix": FIX, "releases": releases}
+    manifest = {
+        "schema": 1,
+        "generated_by": "backport/backport.py",
+        "fix": FIX,
+        "releases": releases,
+    }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
 
-def describe(version: str, wheel: Path, groups: dict[tuple[str, str], str], out: Path) -> dict[str, object]:
+def describe(
+    version: str, wheel: Path, groups: dict[tuple[str, str], str], out: Path
+) -> dict[str, object]:
     layout, path, data = kernel_in_wheel(wheel)
     if layout is None or path is None or data is None:
         return {"layout": None, "variant": "not-applicable"}
     text, sha = data.decode("utf-8"), sha256_bytes(data)
     verdict = classify(text)
-    entry: dict[str, object] = {"layout": layout, "path": path, "sha256": sha, "variant": verdict.variant}
+    entry: dict[str, object] = {
+        "layout": layout,
+        "path": path,
+        "sha256": sha,
+        "variant": verdict.variant,
+    }
     print(f"{version:>13}  {layout:13}  {sha[:16]}  {verdict.variant}", file=sys.stderr)
     if verdict.variant == "racy-init":
         first = groups.setdefault((sha, layout), version)
-        entry["results"] = {t: write_patch(text, t, f"{first}-{layout}", path, out) for t in TARGETS}
+        entry["results"] = {
+            t: write_patch(text, t, f"{first}-{layout}", path, out) for t in TARGETS
+        }
     return entry
 
 
@@ -136,7 +150,12 @@ def discover() -> int:
     out = subprocess.run(
         (sys.executable, "-m", "pip", "index", "versions", "sglang"), capture_output=True, text=True
     ).stdout
-    listed = [v.strip() for line in out.splitlines() if "Available" in line for v in line.split(":")[1].split(",")]
+    listed = [
+        v.strip()
+        for line in out.splitlines()
+        if "Available" in line
+        for v in line.split(":")[1].split(",")
+    ]
     newer = [v for v in listed if _key(v) > _key(RELEASES[-1])]
     print("\n".join(newer) if newer else f"no release newer than {RELEASES[-1]}")
     return 0

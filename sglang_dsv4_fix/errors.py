@@ -23,6 +23,7 @@ class Exit(enum.IntEnum):
     REPRO_FAILED = 8  # the GPU harness saw a bad plan or a hazard on a fixed variant
     ENVIRONMENT = 9  # a required tool is missing (GPU, nvcc, compute-sanitizer)
     FINDINGS = 10  # scan-logs found failure signatures
+    WRONG_VARIANT = 11  # fixed, but not the variant --require-variant asks for
     INTERNAL = 70  # a bug in sglang-dsv4-fix: please report it
     INTERRUPTED = 130  # Ctrl-C
 

@@ -85,7 +85,9 @@ class Kernel0:
 
     def init_writes(self) -> list[Access]:
         first = min((a.start for a in self.per_warp_writes()), default=self.body_end)
-        return [a for a in self.accesses if a.is_write and a.index != self.warp_var and a.start < first]
+        return [
+            a for a in self.accesses if a.is_write and a.index != self.warp_var and a.start < first
+        ]
 
     def reads_after(self, offset: int) -> list[Access]:
         return [a for a in self.accesses if not a.is_write and a.start > offset]
@@ -163,9 +165,7 @@ def matching(text: str, open_pos: int) -> int:
 
 def constants(text: str) -> dict[str, int]:
     """``constexpr``/``const`` integer definitions whose value folds to a number."""
-    defs = re.findall(
-        rf"\b(?:constexpr|const)\b[^;=(){{}}]*?\b({_IDENT})\s*=\s*([^;{{}}]+);", text
-    )
+    defs = re.findall(rf"\b(?:constexpr|const)\b[^;=(){{}}]*?\b({_IDENT})\s*=\s*([^;{{}}]+);", text)
     known: dict[str, int] = {"kWarpThreads": WARP_THREADS}
     for _ in range(3):  # definitions may refer to later ones; a few passes settle them
         for name, expr in defs:
@@ -275,7 +275,8 @@ def _warp_arrays(body: str, k: Kernel0) -> list[str]:
     return [
         name
         for name, size in found
-        if size == k.num_warps_name or (num_warps is not None and fold(size, k.constants) == num_warps)
+        if size == k.num_warps_name
+        or (num_warps is not None and fold(size, k.constants) == num_warps)
     ]
 
 
@@ -352,14 +353,20 @@ def _variant(k: Kernel0) -> tuple[Variant, str]:
     last_write = max(a.end for a in writes)
     late = [a for a in k.accesses if a.is_write and a.index != k.warp_var and a.start > first_write]
     if late and min(a.start for a in late) < _first_read(k, last_write):
-        return "unknown", f"{late[0].array}[{late[0].index}] is written between the per-warp writes and the read"
+        return (
+            "unknown",
+            f"{late[0].array}[{late[0].index}] is written between the per-warp writes and the read",
+        )
     inits = k.init_writes()
     if not inits:
         return "no-init", "no initialisation of the per-warp slots before the per-warp writes"
     last_init = max(a.end for a in inits)
     names = ", ".join(sorted({a.array for a in inits}))
     if k.top_level_barrier_between(last_init, first_write):
-        return "barrier", f"init of {names} is followed by __syncthreads() before the per-warp writes"
+        return (
+            "barrier",
+            f"init of {names} is followed by __syncthreads() before the per-warp writes",
+        )
     return "racy-init", (
         f"init of {names} races the per-warp writes: no unconditional __syncthreads() between them "
         "(sgl-project/sglang#32467)"
@@ -383,7 +390,8 @@ def preconditions(k: Kernel0) -> tuple[Precondition, ...]:
 
 def _launches(text: str) -> list[tuple[str, str]]:
     calls = re.findall(
-        rf"LaunchKernel\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*(?:,[^()]*)?\)\s*\(\s*{KERNEL0}\b", text
+        rf"LaunchKernel\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*(?:,[^()]*)?\)\s*\(\s*{KERNEL0}\b",
+        text,
     )
     chevrons = re.findall(rf"\b{KERNEL0}\s*<<<\s*([^,>]+?)\s*,\s*([^,>]+?)\s*(?:,[^>]*)?>>>", text)
     return calls + chevrons
@@ -393,9 +401,13 @@ def _single_block_launch(k: Kernel0) -> Precondition:
     name = "one block of 1024 threads"
     launches = _launches(k.text)
     if len(launches) != 1:
-        return Precondition(name, False, f"found {len(launches)} launch sites of {KERNEL0}, expected 1")
+        return Precondition(
+            name, False, f"found {len(launches)} launch sites of {KERNEL0}, expected 1"
+        )
     grid, block = (fold(x, k.constants) for x in launches[0])
-    bounds = re.search(rf"__launch_bounds__\s*\(\s*([^,)]+)[^)]*\)\s*(?:/+\s*)?\s*void\s+{KERNEL0}", k.text)
+    bounds = re.search(
+        rf"__launch_bounds__\s*\(\s*([^,)]+)[^)]*\)\s*(?:/+\s*)?\s*void\s+{KERNEL0}", k.text
+    )
     bound = fold(bounds.group(1), k.constants) if bounds else BLOCK_THREADS
     ok = grid == 1 and block == BLOCK_THREADS and bound == BLOCK_THREADS
     detail = f"launched as grid={_show(grid, launches[0][0])}, block={_show(block, launches[0][1])}"
@@ -437,7 +449,11 @@ def _barrier_before_read(k: Kernel0) -> Precondition:
     last = max(a.end for a in writes)
     read = _first_read(k, last)
     ok = read < k.body_end and k.top_level_barrier_between(last, read)
-    detail = "unconditional __syncthreads() before the read" if ok else "no unconditional barrier before the read"
+    detail = (
+        "unconditional __syncthreads() before the read"
+        if ok
+        else "no unconditional barrier before the read"
+    )
     return Precondition(name, ok, detail)
 
 
@@ -453,7 +469,9 @@ def _warp0_reads_all(k: Kernel0) -> Precondition:
     by_lane = all(a.index == k.lane_var for a in reads if a.guards == reads[0].guards)
     lanes_match = k.constants.get(k.num_warps_name or "") == WARP_THREADS
     ok = warp0 and by_lane and lanes_match and read_arrays == set(k.warp_arrays)
-    detail = f"read {first[0].array}[{first[0].index}] under '{(reads[0].guards or ('(none)',))[-1]}'"
+    detail = (
+        f"read {first[0].array}[{first[0].index}] under '{(reads[0].guards or ('(none)',))[-1]}'"
+    )
     if not lanes_match:
         detail += f"; {k.num_warps_name} != {WARP_THREADS} lanes"
     return Precondition(name, ok, detail)

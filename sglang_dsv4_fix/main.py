@@ -50,7 +50,9 @@ def _load(module: str):  # type: ignore[no-untyped-def]
 
 
 def _chosen(argv: Sequence[str]) -> str | None:
-    return next((a for a in argv if a in COMMANDS), None)
+    """The subcommand: the first word that is not an option (global options take no value)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -60,7 +60,8 @@ def load() -> Manifest:
 
 def _release(version: str, entry: dict[str, Any]) -> Release:
     results = {
-        variant: Result(res["sha256"], res["patch"]) for variant, res in entry.get("results", {}).items()
+        variant: Result(res["sha256"], res["patch"])
+        for variant, res in entry.get("results", {}).items()
     }
     return Release(
         version,

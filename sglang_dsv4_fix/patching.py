@@ -9,7 +9,7 @@ from sglang_dsv4_fix.errors import Exit, FatalError
 
 def parse_single(patch: str, expected_path: str) -> object:
     """The one file of ``patch``; refuses several files, absolute paths or ``..``."""
-    from unidiff import PatchSet
+    from unidiff.patch import PatchSet
     from unidiff.errors import UnidiffParseError
 
     try:
@@ -17,7 +17,9 @@ def parse_single(patch: str, expected_path: str) -> object:
     except UnidiffParseError as e:
         raise FatalError(f"malformed patch: {e}", Exit.UNKNOWN) from e
     if len(files) != 1:
-        raise FatalError(f"a patch must change exactly one file, this one has {len(files)}", Exit.REFUSED)
+        raise FatalError(
+            f"a patch must change exactly one file, this one has {len(files)}", Exit.REFUSED
+        )
     only = files[0]
     for name in (only.source_file, only.target_file):
         _check_path(name)

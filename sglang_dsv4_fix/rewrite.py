@@ -19,7 +19,9 @@ def rewrite(text: str, variant: Target) -> str:
     """``text`` with kernel0 turned into ``variant``; the result is re-classified before return."""
     before = classify(text)
     if before.variant != "racy-init":
-        raise FatalError(f"cannot rewrite: kernel0 is {before.variant} ({before.reason})", Exit.UNKNOWN)
+        raise FatalError(
+            f"cannot rewrite: kernel0 is {before.variant} ({before.reason})", Exit.UNKNOWN
+        )
     try:
         first, last = init_lines(parse(text))
     except ParseError as e:
@@ -101,4 +103,6 @@ def _barrier(lines: list[str], last: int) -> list[str]:
 def _check(result: str, variant: Target) -> None:
     after = classify(result)
     if after.variant != variant:
-        raise FatalError(f"rewrite produced {after.variant}, not {variant}: {after.reason}", Exit.INTERNAL)
+        raise FatalError(
+            f"rewrite produced {after.variant}, not {variant}: {after.reason}", Exit.INTERNAL
+        )

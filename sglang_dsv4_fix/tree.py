@@ -104,18 +104,23 @@ def _candidates(path: Path) -> list[Path]:
 def _is_sglang(path: Path) -> bool:
     if path.name != "sglang" or not path.is_dir():
         return False
-    return (path / "__init__.py").is_file() or any((path / r).is_dir() for r in KERNEL_ROOTS.values())
+    return (path / "__init__.py").is_file() or any(
+        (path / r).is_dir() for r in KERNEL_ROOTS.values()
+    )
 
 
 def _kernel(package: Path) -> tuple[Layout | None, Path | None]:
     present = [
         (layout, package / root / KERNEL_IN_ROOT)
         for layout, root in KERNEL_ROOTS.items()
-        if (package / root / KERNEL_IN_ROOT).exists() or (package / root / KERNEL_IN_ROOT).is_symlink()
+        if (package / root / KERNEL_IN_ROOT).exists()
+        or (package / root / KERNEL_IN_ROOT).is_symlink()
     ]
     if len(present) > 1:
         names = " and ".join(str(p) for _, p in present)
-        raise FatalError(f"two planner kernels in one tree: {names}; refusing to guess", Exit.UNKNOWN)
+        raise FatalError(
+            f"two planner kernels in one tree: {names}; refusing to guess", Exit.UNKNOWN
+        )
     return present[0] if present else (None, None)
 
 
