@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from trees import TreeFactory, wheel_cache  # noqa: E402
+from trees import TreeFactory, wheel_cache
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +26,12 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     monkeypatch.setenv("TVM_FFI_CACHE_DIR", str(home / ".cache" / "tvm-ffi"))
     monkeypatch.setenv("SGLANG_JIT_CACHE_DIR", str(home / ".cache" / "sglang" / "jit"))
-    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+    for name in (
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ):
         monkeypatch.setenv(name, "test" if "NAME" in name else "test@example.invalid")
     monkeypatch.delenv("SGLANG_DSV4_FIX_MODE", raising=False)
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
