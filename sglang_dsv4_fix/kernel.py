@@ -107,42 +107,22 @@ def normalise(text: str) -> str:
     return text.replace("\r\n", "\n")
 
 
+_COMMENT_OR_STRING = re.compile(
+    r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?", re.DOTALL
+)
+_NOT_NEWLINE = re.compile(r"[^\n]")
+
+
 def mask_comments(text: str) -> str:
-    """Blank out // and /* */ comments (and string contents), keeping length and newlines."""
-    out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        two = text[i : i + 2]
-        if two == "//":
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            _blank(out, i, j)
-            i = j
-        elif two == "/*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            _blank(out, i, j)
-            i = j
-        elif text[i] in "\"'":
-            j = _string_end(text, i)
-            _blank(out, i + 1, j - 1)
-            i = j
-        else:
-            i += 1
-    return "".join(out)
+    """Blank out // and /* */ comments and string literals, keeping length and newlines."""
+    return _COMMENT_OR_STRING.sub(_blank, text)
 
 
-def _blank(out: list[str], start: int, end: int) -> None:
-    for k in range(start, end):
-        if out[k] != "\n":
-            out[k] = " "
-
-
-def _string_end(text: str, i: int) -> int:
-    quote, j = text[i], i + 1
-    while j < len(text) and text[j] != quote and text[j] != "\n":
-        j += 2 if text[j] == "\\" else 1
-    return min(j + 1, len(text))
+def _blank(m: re.Match[str]) -> str:
+    piece = m.group(0)
+    if piece[0] in "\"'":  # keep the quotes so the literal stays a token
+        return piece[0] + _NOT_NEWLINE.sub(" ", piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
+    return _NOT_NEWLINE.sub(" ", piece)
 
 
 def matching(text: str, open_pos: int) -> int:
@@ -167,12 +147,23 @@ def constants(text: str) -> dict[str, int]:
     """``constexpr``/``const`` integer definitions whose value folds to a number."""
     defs = re.findall(rf"\b(?:constexpr|const)\b[^;=(){{}}]*?\b({_IDENT})\s*=\s*([^;{{}}]+);", text)
     known: dict[str, int] = {"kWarpThreads": WARP_THREADS}
-    for _ in range(3):  # definitions may refer to later ones; a few passes settle them
-        for name, expr in defs:
-            value = fold(expr, known)
-            if value is not None and name not in known:
-                known[name] = value
+    pending = [(name, expr) for name, expr in defs if _ARITHMETIC.match(expr)]
+    while pending:  # definitions may refer to later ones: fold until nothing new settles
+        left = [(n, e) for n, e in pending if n not in known and not _settle(n, e, known)]
+        if len(left) == len(pending):
+            break
+        pending = left
     return known
+
+
+_ARITHMETIC = re.compile(r"^[\w\s+\-*/%:]+$")
+
+
+def _settle(name: str, expr: str, known: dict[str, int]) -> bool:
+    value = fold(expr, known)
+    if value is not None:
+        known[name] = value
+    return value is not None
 
 
 def fold(expr: str, known: dict[str, int]) -> int | None:
@@ -304,17 +295,26 @@ def _scan(k: Kernel0) -> None:
 
 def _guards(text: str, body_start: int, pos: int) -> tuple[str, ...]:
     """Headers of the blocks enclosing ``pos`` (plus an inline ``if (...)`` on its statement)."""
-    stack: list[int] = []
-    for k in range(body_start + 1, pos):
-        if text[k] == "{":
-            stack.append(k)
-        elif text[k] == "}" and stack:
-            stack.pop()
+    stack = open_blocks(text, body_start, pos)
     headers = [_header(text, body_start, b) for b in stack]
     stmt = _statement_prefix(text, body_start, pos)
     if re.match(r"\s*(if|for|while|else)\b", stmt):
         headers.append(" ".join(stmt.split()))
     return tuple(h for h in headers if h)
+
+
+def open_blocks(text: str, body_start: int, pos: int) -> list[int]:
+    """Offsets of the '{' still open at ``pos`` inside kernel0's body, outermost first."""
+    stack: list[int] = []
+    for m in _BRACE.finditer(text, body_start + 1, pos):
+        if m.group(0) == "{":
+            stack.append(m.start())
+        elif stack:
+            stack.pop()
+    return stack
+
+
+_BRACE = re.compile(r"[{}]")
 
 
 def _header(text: str, body_start: int, brace: int) -> str:

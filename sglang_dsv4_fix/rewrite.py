@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.kernel import Kernel0, ParseError, classify, matching, parse
+from sglang_dsv4_fix.kernel import Kernel0, ParseError, classify, matching, open_blocks, parse
 
 Target = Literal["no-init", "barrier"]
 
@@ -57,12 +57,7 @@ def _statement_span(k: Kernel0, pos: int) -> tuple[int, int]:
 
 
 def _outermost_block(k: Kernel0, pos: int) -> int | None:
-    stack: list[int] = []
-    for i in range(k.body_start + 1, pos):
-        if k.text[i] == "{":
-            stack.append(i)
-        elif k.text[i] == "}" and stack:
-            stack.pop()
+    stack = open_blocks(k.text, k.body_start, pos)
     return stack[0] if stack else None
 
 
