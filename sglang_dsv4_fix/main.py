@@ -17,6 +17,8 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "revert": "revert",
     "status": "status",
+    "clear-cache": "clear_cache",
+    "prewarm": "prewarm",
 }
 
 # One-line help shown in `sglang-dsv4-fix --help` without importing every command module.
@@ -25,6 +27,8 @@ SUMMARIES: dict[str, str] = {
     "verify": "exit 0 only if the tree's kernel is fixed (for CI gates and image builds)",
     "revert": "restore the original kernel byte for byte (only if it is what we wrote)",
     "status": "one screen: tree, release, kernel, variant, preconditions, provenance",
+    "clear-cache": "remove this tree's stale compress-plan JIT builds (--all: the whole cache)",
+    "prewarm": "compile the fixed planner into the JIT cache under the loader's own name",
 }
 
 
