@@ -47,6 +47,12 @@ class KernelState:
             return None
         return f"sha256 {self.sha256[:16]}… is neither release {rel.version}'s kernel nor its fix"
 
+    @property
+    def backup(self) -> str | None:
+        assert self.tree.kernel_path is not None
+        path = provenance.backup_path(self.tree.kernel_path)
+        return str(path) if path.exists() else None
+
     def to_dict(self) -> dict[str, Any]:
         v = self.verdict
         return {
@@ -62,9 +68,7 @@ class KernelState:
             "produced_from": [f"{r.version}:{variant}" for r, variant in self.produced],
             "drift": self.drift,
             "provenance": None if self.record is None else self.record.__dict__,
-            "backup": str(provenance.backup_path(self.tree.kernel_path))  # type: ignore[arg-type]
-            if provenance.backup_path(self.tree.kernel_path).exists()  # type: ignore[arg-type]
-            else None,
+            "backup": self.backup,
         }
 
 

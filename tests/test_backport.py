@@ -80,3 +80,17 @@ def test_check_mode_catches_a_stale_patch(tmp_path: Path) -> None:
     stale = tmp_path / "patches" / "no-init" / "0.5.16-pre-refactor.diff"
     stale.write_text(stale.read_text().replace("-  }\n", "-  } \n", 1))
     assert backport.check(backport.wheel_cache(None)) == 1
+
+
+def test_wheel_ships_manifest_and_patches(tmp_path: Path) -> None:
+    import zipfile
+
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        check=True,
+        capture_output=True,
+    )
+    names = zipfile.ZipFile(next(tmp_path.glob("sglang_dsv4_fix-*.whl"))).namelist()
+    assert "sglang_dsv4_fix/patches/manifest.json" in names
+    assert "sglang_dsv4_fix/patches/no-init/0.5.16-pre-refactor.diff" in names
+    assert "sglang_dsv4_fix/patches/barrier/0.5.17-post-refactor.diff" in names

@@ -62,5 +62,6 @@ def _lines(s: state.KernelState) -> list[str]:
             f"provenance:    {r.variant} by sglang-dsv4-fix {r.tool_version} at {r.time} "
             f"({r.method}, base {r.base_release or 'unknown'} {r.base_sha256[:16]}…, {r.state})"
         )
-    out.append(f"backup:        {d['backup'] or 'none'}")
+    matches = " (holds the recorded original)" if state.backup_matches(s) else ""
+    out.append(f"backup:        {d['backup'] or 'none'}{matches}")
     return out
