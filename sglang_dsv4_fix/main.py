@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "status": "status",
     "clear-cache": "clear_cache",
     "prewarm": "prewarm",
+    "repro": "repro",
 }
 
 # One-line help shown in `sglang-dsv4-fix --help` without importing every command module.
@@ -29,6 +30,7 @@ SUMMARIES: dict[str, str] = {
     "status": "one screen: tree, release, kernel, variant, preconditions, provenance",
     "clear-cache": "remove this tree's stale compress-plan JIT builds (--all: the whole cache)",
     "prewarm": "compile the fixed planner into the JIT cache under the loader's own name",
+    "repro": "build the kernel variants and hunt the race on this GPU (racecheck, latency)",
 }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from sglang_dsv4_fix import gitops, state, transaction
 from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands.clear_cache import add_cache_options
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
 from sglang_dsv4_fix.tree import Tree
@@ -46,6 +47,7 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="git checkout: commit just the kernel, citing sgl-project/sglang#32467",
     )
+    add_cache_options(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,98 @@
+"""clear-cache: remove this tree's stale compress-plan JIT builds (--all: the whole TVM-FFI cache)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sglang_dsv4_fix import jitcache
+from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.errors import Exit
+
+HELP = """\
+Default: remove only this tree's compress-plan builds that are not provably built from the
+kernel's current bytes (the racy original after apply, the fix after revert, and on 0.5.12 any
+build of this tree whose bytes cannot be told). Builds of other kernels and of other trees stay,
+so the next server start recompiles one module (~9 s), not every JIT kernel.
+--all removes every build folder in the cache (what `rm -rf ~/.cache/tvm-ffi` did, done safely).
+Refuses /, the home folder and folders that are not a TVM-FFI cache; never follows links; a build
+being compiled right now (its lock held) is left in place; others are renamed aside, then deleted."""
+
+
+def add_cache_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="TVM-FFI cache (default: $TVM_FFI_CACHE_DIR, else ~/.cache/tvm-ffi)",
+    )
+
+
+def add_cache_options(parser: argparse.ArgumentParser) -> None:
+    """apply/revert: they clear this tree's stale planner builds after writing, unless told not."""
+    add_cache_dir(parser)
+    parser.add_argument(
+        "--no-clear-cache",
+        action="store_true",
+        help="leave the JIT cache alone (default: remove this tree's stale compress-plan builds)",
+    )
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "clear-cache",
+        help=__doc__.split(": ", 1)[1],
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_tree(p)
+    add_cache_dir(p)
+    p.add_argument("--all", action="store_true", help="every build in the cache, all kernels")
+    p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+
+
+def run(args: argparse.Namespace) -> int:
+    root = jitcache.checked_root(jitcache.cache_root(args.cache_dir))
+    tree = None if args.all and args.tree is None else tree_of(args)
+    if root is None:
+        return _report(args, tree, jitcache.cache_root(args.cache_dir), [], [], "no cache folder")
+    builds = [] if tree is None else _builds(tree, root)
+    stale = [] if tree is None or not builds else jitcache.stale_builds(tree, root)
+    targets = jitcache.whole_cache(root) if args.all else [b.path for b in stale]
+    done = jitcache.remove_entries(root, targets, dry_run=args.dry_run)
+    return _report(args, tree, root, builds, done, "")
+
+
+def _builds(tree: Any, root: Path) -> list[jitcache.Build]:
+    if tree.kernel_path is None or jitcache.scheme_of(tree) == "sglang-ninja":
+        return []
+    return jitcache.inventory(tree, root)
+
+
+def _report(
+    args: argparse.Namespace,
+    tree: Any,
+    root: Path,
+    builds: list[jitcache.Build],
+    done: list[jitcache.Removal],
+    note: str,
+) -> int:
+    busy = [r for r in done if r.outcome == "busy"]
+    payload = {
+        **(tree_dict(tree) if tree is not None else {}),
+        "cache_dir": str(root),
+        "all": args.all,
+        "dry_run": args.dry_run,
+        "builds": [b.to_dict() for b in builds],
+        "removals": [{"path": str(r.path), "outcome": r.outcome, "detail": r.detail} for r in done],
+        "note": note,
+    }
+    lines = [f"cache: {root}" + (f" ({note})" if note else "")]
+    lines += [f"  build: {b.name}: {b.origin} ({b.detail})" for b in builds]
+    lines += [
+        f"  {r.outcome}: {r.path.name}" + (f" ({r.detail})" if r.detail else "") for r in done
+    ]
+    if not done and not note:
+        lines.append("  nothing to remove")
+    emit(args, payload, lines)
+    return int(Exit.REFUSED if busy else Exit.OK)

@@ -1,0 +1,241 @@
+"""The cache model against the releases' own naming code (run from the real wheel files)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from jitref import release_names
+from trees import AFFECTED, TreeFactory, fetch_wheel
+
+from sglang_dsv4_fix import jitcache
+from sglang_dsv4_fix.rewrite import rewrite
+from sglang_dsv4_fix.tree import Tree, find_tree
+
+SCHEMES = {
+    "0.5.12": "tvmffi-default",
+    "0.5.13": "content-name",
+    "0.5.14": "content-dir",
+    "0.5.15": "content-dir",
+    "0.5.15.post1": "content-dir",
+    "0.5.16": "content-dir",
+    "0.5.17": "content-dir",
+}
+
+
+def variant_tree(factory: TreeFactory, version: str, dest: Path, variant: str) -> Tree:
+    tree = find_tree(factory.installed(version, dest))
+    assert tree.kernel_path is not None
+    if variant != "original":
+        text = tree.kernel_path.read_text(encoding="utf-8")
+        tree.kernel_path.write_text(rewrite(text, variant), encoding="utf-8")  # type: ignore[arg-type]
+    return tree
+
+
+def reference(tree: Tree, capability: tuple[int, int] = (9, 0)) -> dict[str, str]:
+    loader = jitcache.loader_file(tree)
+    assert loader is not None
+    arch = jitcache.arch_for(tree, *capability)
+    call = jitcache.load_call(tree, b"", arch, "x")  # only the call's sources/flags are used
+    pin = jitcache.tvm_ffi_pin(tree.release)
+    return release_names(
+        tree.package_dir,
+        loader,
+        tree.kernel_root,
+        capability,
+        pin,
+        {
+            "cuda_sources": list(call.cuda_sources),
+            "cflags": list(call.extra_cflags),
+            "cuda_cflags": list(call.extra_cuda_cflags),
+            "include_paths": list(call.extra_include_paths),
+        },
+    )
+
+
+@pytest.mark.parametrize("version", AFFECTED)
+@pytest.mark.parametrize("variant", ["original", "no-init", "barrier"])
+def test_names_match_the_release_own_code(
+    tree_factory: TreeFactory, tmp_path: Path, version: str, variant: str
+) -> None:
+    tree = variant_tree(tree_factory, version, tmp_path / "sp", variant)
+    assert jitcache.scheme_of(tree) == SCHEMES[version]
+    ref = reference(tree)
+    data = tree.kernel_path.read_bytes()  # type: ignore[union-attr]
+    scheme = jitcache.scheme_of(tree)
+    assert jitcache.module_name(tree, data, scheme) == ref["module"]
+    if scheme == "content-dir":
+        tvmffi = ref["dir"].rsplit("__tvmffi_", 1)[1]  # what the real _tvm_ffi_version said here
+        call = jitcache.load_call(tree, data, jitcache.arch_for(tree, 9, 0), tvmffi, tmp_path)
+        assert call.build_dir == tmp_path / ref["dir"]
+        assert call.arch.flag == ref["arch_flag"]
+    else:
+        call = jitcache.load_call(tree, data, jitcache.arch_for(tree, 9, 0), None, tmp_path)
+        assert call.build_dir == tmp_path / ref["tvm_dir"]
+
+
+def test_known_real_names(tree_factory: TreeFactory, tmp_path: Path) -> None:
+    """The names FACTS.md saw on a real H200 (0.5.16) and a real 0.5.14 cache."""
+    for version, expected in [
+        ("0.5.14", "sgl_kernel_jit_dpsk_v4_compress_plan_2efe45ca259121f6__arch_9.0__tvmffi_0.1.9"),
+        (
+            "0.5.16",
+            "sgl_kernel_jit_dpsk_v4_compress_plan_d2fa2dab1d672b7c__arch_9.0a__tvmffi_0.1.11",
+        ),
+    ]:
+        tree = find_tree(tree_factory.installed(version, tmp_path / version))
+        data = tree.kernel_path.read_bytes()  # type: ignore[union-attr]
+        arch = jitcache.arch_for(tree, 9, 0)
+        call = jitcache.load_call(tree, data, arch, jitcache.tvm_ffi_pin(version), tmp_path)
+        assert call.build_dir.name == expected
+
+
+@pytest.mark.parametrize("version", AFFECTED)
+def test_tvm_ffi_pin_is_the_wheel_requirement(version: str) -> None:
+    with zipfile.ZipFile(fetch_wheel(version)) as whl:
+        meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = whl.read(meta).decode().splitlines()
+    assert f"Requires-Dist: apache-tvm-ffi=={jitcache.tvm_ffi_pin(version)}" in lines
+
+
+@pytest.mark.parametrize(
+    ("version", "capability", "target"),
+    [
+        ("0.5.15", (9, 0), "9.0"),
+        ("0.5.16", (9, 0), "9.0a"),
+        ("0.5.17", (10, 0), "10.0a"),
+        ("0.5.16", (8, 0), "8.0"),
+    ],
+)
+def test_arch_target_matches_release_suffix_rule(
+    tree_factory: TreeFactory,
+    tmp_path: Path,
+    version: str,
+    capability: tuple[int, int],
+    target: str,
+) -> None:
+    tree = find_tree(tree_factory.installed(version, tmp_path / "sp"))
+    assert jitcache.arch_for(tree, *capability).target == target
+    ref = reference(tree, capability)
+    assert f"__arch_{target}__" in ref["dir"]
+
+
+def test_fixed_releases_have_no_tvm_ffi_build(tree_factory: TreeFactory, tmp_path: Path) -> None:
+    tree = find_tree(tree_factory.installed("0.5.18", tmp_path / "sp"))
+    assert jitcache.scheme_of(tree) == "sglang-ninja"
+    assert jitcache.stale_builds(tree) == []
+
+
+def test_cache_root_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TVM_FFI_CACHE_DIR", str(tmp_path / "c"))
+    assert jitcache.cache_root() == tmp_path / "c"
+    monkeypatch.delenv("TVM_FFI_CACHE_DIR")
+    assert jitcache.cache_root() == Path.home() / ".cache" / "tvm-ffi"
+    assert jitcache.cache_root("~/x") == Path.home() / "x"
+
+
+def test_parse_capability() -> None:
+    assert [jitcache.parse_capability(a) for a in ("9.0a", "9.0", "sm_90a", "90", "10.0f")] == [
+        (9, 0),
+        (9, 0),
+        (9, 0),
+        (9, 0),
+        (10, 0),
+    ]
+    with pytest.raises(ValueError, match="not a CUDA architecture"):
+        jitcache.parse_capability("hopper")
+
+
+# --------------------------------------------------------------------------- inventory
+
+
+def lay_build(root: Path, name: str, module: str, cuda_cu: str = "") -> Path:
+    """A build dir as tvm-ffi leaves it (lock, build.ninja, cuda.cu, the .so)."""
+    d = root / name
+    d.mkdir(parents=True)
+    for f in ("lock", "build.ninja", "main.cpp"):
+        (d / f).write_text("")
+    (d / "cuda.cu").write_text(cuda_cu)
+    (d / f"{module}.so").write_bytes(b"\x7fELF not really")
+    return d
+
+
+def real_dir(tree: Tree, variant: str, root: Path) -> tuple[str, str]:
+    """(dir name, module) the release's own code gives for ``variant`` of this tree's kernel."""
+    assert tree.kernel_path is not None
+    sources = jitcache.tree_sources(tree)
+    saved = tree.kernel_path.read_bytes()
+    tree.kernel_path.write_bytes(sources[variant])
+    try:
+        ref = reference(tree)
+    finally:
+        tree.kernel_path.write_bytes(saved)
+    name = ref.get("dir") or ref["tvm_dir"]
+    return name, ref["module"]
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.16", "0.5.17"])
+def test_inventory_tells_each_build_origin(
+    tree_factory: TreeFactory, tmp_path: Path, version: str
+) -> None:
+    tree = variant_tree(tree_factory, version, tmp_path / "sp", "original")
+    root = tmp_path / "cache"
+    for variant in ("original", "no-init", "barrier"):
+        lay_build(root, *real_dir(tree, variant, root))
+    lay_build(
+        root,
+        "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef__arch_9.0a__tvmffi_0.1.11",
+        "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef",
+    )
+    lay_build(root, "sgl_kernel_jit_other_module_0123456789abcdef", "x")
+    got = {b.origin for b in jitcache.inventory(tree, root)}
+    assert got == {"original", "no-init", "barrier", "other"}
+    # the racy tree: fixed builds are stale (not its bytes), the original is current
+    stale = {b.origin for b in jitcache.stale_builds(tree, root)}
+    assert stale == {"no-init", "barrier"}
+    assert jitcache.racy_builds(tree, root) == []
+
+
+def test_racy_build_after_apply_is_reported(tree_factory: TreeFactory, tmp_path: Path) -> None:
+    tree = variant_tree(tree_factory, "0.5.16", tmp_path / "sp", "original")
+    root = tmp_path / "cache"
+    racy = lay_build(root, *real_dir(tree, "original", root))
+    fixed = lay_build(root, *real_dir(tree, "no-init", root))
+    from sglang_dsv4_fix.main import main
+
+    assert main(["apply", "--tree", str(tmp_path / "sp"), "--no-clear-cache"]) == 0
+    assert [b.path for b in jitcache.racy_builds(tree, root)] == [racy]
+    assert [b.path for b in jitcache.stale_builds(tree, root)] == [racy]
+    assert fixed.exists()
+
+
+def test_0512_cannot_tell_without_a_sidecar(tree_factory: TreeFactory, tmp_path: Path) -> None:
+    tree = variant_tree(tree_factory, "0.5.12", tmp_path / "sp", "no-init")
+    root = tmp_path / "cache"
+    kernel = tree.kernel_root.resolve() / "csrc" / jitcache.CUDA_FILE
+    name, module = real_dir(tree, "no-init", root)
+    build = lay_build(root, name, module, f'#include "{kernel}"\n')
+    other = lay_build(
+        root,
+        "sgl_kernel_jit_dpsk_v4_compress_plan_ffffffffffffffff",
+        module,
+        '#include "/elsewhere/sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"\n',
+    )
+    by_path = {b.path: b for b in jitcache.inventory(tree, root)}
+    assert by_path[build].origin == "cannot tell"
+    assert by_path[other].origin == "other"
+    assert [b.path for b in jitcache.racy_builds(tree, root)] == [build]
+    # a sidecar that matches the .so's bytes and the kernel's tells it
+    so = build / f"{module}.so"
+    data = tree.kernel_path.read_bytes()  # type: ignore[union-attr]
+    jitcache.write_sidecar(build, so, {"kernel_sha256": hashlib.sha256(data).hexdigest()})
+    assert {b.path: b.origin for b in jitcache.inventory(tree, root)}[build] == "no-init"
+    assert jitcache.racy_builds(tree, root) == []
+    so.write_bytes(b"rebuilt by ninja since")  # the note no longer speaks for the .so
+    assert {b.path: b.origin for b in jitcache.inventory(tree, root)}[build] == "cannot tell"
+    assert json.loads((build / jitcache.SIDECAR).read_text())["so"] == so.name
