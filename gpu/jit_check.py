@@ -61,8 +61,8 @@ def lifted_loader(package: Path) -> Any:
         "logger": logging.getLogger("lifted"),
         "dataclass": dataclasses.dataclass,
         "contextmanager": contextlib.contextmanager,
-        "List": typing.List,
-        "Tuple": typing.Tuple,
+        "List": typing.List,  # noqa: UP006
+        "Tuple": typing.Tuple,  # noqa: UP006
         "Optional": typing.Optional,
         "Union": typing.Union,
         "TypeAlias": typing.TypeAlias,
