@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "clear-cache": "clear_cache",
     "prewarm": "prewarm",
     "repro": "repro",
+    "scan-logs": "scan_logs",
 }
 
 # One-line help shown in `sglang-dsv4-fix --help` without importing every command module.
@@ -31,6 +32,7 @@ SUMMARIES: dict[str, str] = {
     "clear-cache": "remove this tree's stale compress-plan JIT builds (--all: the whole cache)",
     "prewarm": "compile the fixed planner into the JIT cache under the loader's own name",
     "repro": "build the kernel variants and hunt the race on this GPU (racecheck, latency)",
+    "scan-logs": "find the race's failure signatures in SGLang logs (files or -)",
 }
 
 
