@@ -1,0 +1,49 @@
+"""The heavy side: torch and tvm-ffi, imported only here and only when a command needs a GPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sglang_dsv4_fix.errors import Exit, FatalError
+from sglang_dsv4_fix.harness.build import Arch
+
+
+def torch() -> Any:
+    try:
+        import torch as t
+    except ImportError as e:
+        raise FatalError(
+            f"torch is not importable ({e}); the harness needs it", Exit.ENVIRONMENT
+        ) from e
+    return t
+
+
+def device_arch() -> Arch:
+    """The visible GPU's target (``9.0a`` on an H200); ENVIRONMENT error when there is none."""
+    t = torch()
+    if not t.cuda.is_available():
+        raise FatalError(
+            "no CUDA GPU visible (torch.cuda.is_available() is False)", Exit.ENVIRONMENT
+        )
+    major, minor = t.cuda.get_device_capability()
+    # The 'a' targets carry Hopper/Blackwell-only instructions; SGLang builds them from 0.5.16.
+    return Arch(f"{major}.{minor}a" if major >= 9 else f"{major}.{minor}")
+
+
+def device_name() -> str:
+    return str(torch().cuda.get_device_name())
+
+
+def isolate_tvm_ffi_cache(build_dir: Path) -> None:
+    """Point tvm-ffi's own cache (its torch DLPack helper) into our build folder, not ~/.cache."""
+    os.environ["TVM_FFI_CACHE_DIR"] = str(build_dir / "tvm-ffi-cache")
+
+
+def load(so: Path) -> Any:
+    try:
+        import tvm_ffi
+    except ImportError as e:
+        raise FatalError(f"apache-tvm-ffi is not importable ({e})", Exit.ENVIRONMENT) from e
+    return tvm_ffi.load_module(str(so))
