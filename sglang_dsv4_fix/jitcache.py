@@ -300,6 +300,7 @@ def tvmffi_hash(
     cuda = _decorate("\n".join(cuda_sources))
     m = hashlib.sha256()
     m.update(b"Sequence")
+    item: object
     for item in (
         cpp,
         cuda,
@@ -360,7 +361,7 @@ def tree_sources(tree: Tree) -> dict[str, bytes]:
     out["original"] = original
     for variant in ("no-init", "barrier"):
         with contextlib.suppress(FatalError, UnicodeDecodeError):
-            out[variant] = rewrite(original.decode("utf-8"), variant).encode("utf-8")  # type: ignore[arg-type]
+            out[variant] = rewrite(original.decode("utf-8"), variant).encode("utf-8")
     return out
 
 
@@ -455,9 +456,10 @@ def inventory(tree: Tree, root: Path | None = None) -> list[Build]:
 def _hashes(tree: Tree, sources: dict[str, bytes]) -> dict[tuple[str, str], str]:
     """(scheme, src16) -> source label, for the schemes that hash content."""
     out: dict[tuple[str, str], str] = {}
-    for scheme in ("content-name", "content-dir"):
+    schemes: tuple[Scheme, ...] = ("content-name", "content-dir")
+    for scheme in schemes:
         for label, data in sources.items():
-            out.setdefault((scheme, source_hash(tree, data, scheme)), label)  # type: ignore[arg-type]
+            out.setdefault((scheme, source_hash(tree, data, scheme)), label)
     return out
 
 
@@ -472,30 +474,24 @@ def _build(
     scheme, parts = parsed
     path = Path(entry.path)
     link = entry.is_symlink()
-    base = {
-        "path": path,
-        "scheme": scheme,
-        "src_hash": parts.get("src"),
-        "arch": parts.get("arch"),
-        "tvm_ffi": parts.get("tvmffi"),
-        "link": link,
-    }
+
+    def build(origin: Origin, detail: str, sha: str | None, has_so: bool = False) -> Build:
+        return Build(path, scheme, parts.get("src"), parts.get("arch"), parts.get("tvmffi"),
+                     origin, detail, sha, link, has_so)  # fmt: skip
+
     if link:
-        return Build(
-            **base, origin="cannot tell", detail="a link: never followed", origin_sha256=None
-        )  # type: ignore[arg-type]
+        return build("cannot tell", "a link: never followed", None)
     has_so = _lexists(path / f"{_module_of(entry.name, scheme)}.so")
     if scheme == "tvmffi-default":
-        origin, detail, sha = _origin_by_path(path, sources, kernel)
-    else:
-        label = hashes.get((scheme, parts["src"]))
-        origin, sha = _label(label, sources)
-        detail = (
-            f"name hash matches this tree's {origin} kernel"
-            if label
-            else ("name hash matches no kernel of this tree (another release, tree or edit)")
-        )
-    return Build(**base, origin=origin, detail=detail, origin_sha256=sha, has_so=has_so)  # type: ignore[arg-type]
+        return build(*_origin_by_path(path, sources, kernel), has_so)
+    label = hashes.get((scheme, parts["src"]))
+    origin, sha = _label(label, sources)
+    detail = (
+        f"name hash matches this tree's {origin} kernel"
+        if label
+        else "name hash matches no kernel of this tree (another release, tree or edit)"
+    )
+    return build(origin, detail, sha, has_so)
 
 
 def _label(label: str | None, sources: dict[str, bytes]) -> tuple[Origin, str | None]:
@@ -634,6 +630,41 @@ def racy_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]:
     if variant not in ("no-init", "barrier"):
         return []
     return [b for b in stale_builds(tree, cache_dir) if b.origin in ("original", "cannot tell")]
+
+
+def stale_message(tree: Tree, cache_dir: str | Path | None = None) -> str | None:
+    """One line for verify/status when racy planner builds sit in the cache of a fixed tree."""
+    try:
+        racy = racy_builds(tree, cache_dir)
+    except (FatalError, OSError):
+        return None  # no loader to model, unreadable cache: the kernel verdict stands alone
+    if not racy:
+        return None
+    names = ", ".join(b.name for b in racy)
+    return (
+        f"STALE BUILD: the kernel is fixed but {len(racy)} racy (or untellable) planner build(s) "
+        f"remain in {cache_root(cache_dir)}: {names} (run: sglang-dsv4-fix clear-cache)"
+    )
+
+
+def status_line(tree: Tree, cache_dir: str | Path | None = None) -> str:
+    """``status``'s one line on the JIT cache: this tree's planner builds by origin, stale ones."""
+    root = cache_root(cache_dir)
+    try:
+        if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+            return f"{root}: not used for the planner by this release"
+        ours = [b for b in inventory(tree, root) if b.ours]
+        stale = stale_message(tree, cache_dir)
+    except (FatalError, OSError) as e:
+        return f"{root}: cannot tell ({e})"
+    counts = (
+        ", ".join(
+            f"{o} x{sum(b.origin == o for b in ours)}"
+            for o in dict.fromkeys(b.origin for b in ours)
+        )
+        or "none"
+    )
+    return f"{root}: planner builds of this tree: {counts}" + (f"; {stale}" if stale else "")
 
 
 # --------------------------------------------------------------------------- safe removal

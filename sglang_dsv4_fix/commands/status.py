@@ -32,10 +32,13 @@ def run(args: argparse.Namespace) -> int:
         return int(Exit.OK)
     current = state.inspect(tree)
     code, summary = judge(current, None)
+    from sglang_dsv4_fix.jitcache import status_line
+
+    cache = status_line(tree)
     emit(
         args,
-        {**tree_dict(tree), **current.to_dict(), "summary": summary},
-        [*head, *_lines(current), f"verdict:       {summary}"],
+        {**tree_dict(tree), **current.to_dict(), "summary": summary, "jit_cache": cache},
+        [*head, *_lines(current), f"jit cache:     {cache}", f"verdict:       {summary}"],
     )
     del code  # status informs; verify is the gate
     return int(Exit.OK)

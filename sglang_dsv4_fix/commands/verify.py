@@ -35,6 +35,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="pass (0) a tree without the planner, e.g. SGLang <= 0.5.11",
     )
+    p.add_argument(
+        "--ignore-cache",
+        action="store_true",
+        help="do not fail (5) on racy builds in the JIT cache",
+    )
+    p.add_argument("--cache-dir", metavar="DIR", help="TVM-FFI cache (default: as SGLang finds it)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
         return int(code)
     current = state.inspect(tree)
     code, message = judge(current, args.require_variant)
+    if code == Exit.OK and not args.ignore_cache:
+        from sglang_dsv4_fix.jitcache import stale_message
+
+        stale = stale_message(tree, args.cache_dir)
+        code, message = (Exit.STALE_BUILD, stale) if stale else (code, message)
     emit(
         args,
         {**tree_dict(tree), **current.to_dict(), "exit": int(code), "message": message},
