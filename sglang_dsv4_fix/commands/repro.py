@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from sglang_dsv4_fix.tree import find_tree
 
     trees = [find_tree(p) for p in (args.tree or [None])]
-    arch = gpu.device_arch()
+    arch = gpu.device_arch() if args.arch is None else _arch(args.arch, gpu.device_arch())
     build.find_nvcc()
     sanitizer = racecheck.find_sanitizer() if args.racecheck else None
     build_dir = (
@@ -195,6 +195,15 @@ def _failures(results: dict[str, Any]) -> list[str]:
     bad += [f"{r.release}/{r.variant}: {r.hazards} racecheck hazards"
             for r in results["racecheck"] if r.variant in FIXED and r.hazards]  # fmt: skip
     return bad
+
+
+def _arch(text: str, device: Any) -> Any:
+    from sglang_dsv4_fix.harness.build import Arch
+
+    # SGLang up to 0.5.15.post1 builds for "9.0" (sm_90), from 0.5.16 for "9.0a" (FACTS.md).
+    if text.rstrip("a") != device.name.rstrip("a"):
+        raise FatalError(f"--arch {text} does not run on this GPU ({device.name})", Exit.USAGE)
+    return Arch(text)
 
 
 def _variants(text: str) -> tuple[Name, ...]:
