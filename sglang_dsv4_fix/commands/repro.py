@@ -73,6 +73,9 @@ def add_parser(sub: Any) -> None:
         help="also time kernel0 alone per variant (CUDA-graph replays)",
     )
     p.add_argument(
+        "--arch", help="CUDA target, e.g. 9.0a or 9.0 (default: the GPU's, with 'a' from sm_90 on)"
+    )
+    p.add_argument(
         "--build-dir",
         metavar="DIR",
         help="keep the builds here (default: a temporary folder, removed)",
@@ -105,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         else Path(tempfile.mkdtemp(prefix="sglang-dsv4-fix-"))
     )
     try:
-        results = _run(args, names, grid, trees, arch, build_dir, sanitizer)
+        with gpu.isolate_tvm_ffi_cache(build_dir):
+            results = _run(args, names, grid, trees, arch, build_dir, sanitizer)
     finally:
         if not args.build_dir:
             shutil.rmtree(build_dir, ignore_errors=True)
@@ -116,7 +120,6 @@ def _run(args: argparse.Namespace, names: tuple[Name, ...], grid: list[shapes.Sh
          arch: Any, build_dir: Path, sanitizer: Path | None) -> dict[str, Any]:  # fmt: skip
     from sglang_dsv4_fix.harness import build, gpu, racecheck, runner, variants
 
-    gpu.isolate_tvm_ffi_cache(build_dir)
     built = [v for t in trees for v in variants.prepare(t, names, build_dir)]
     sos = build.build_all(built, arch, build_dir, jobs=args.jobs)
     out: dict[str, Any] = {

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -109,11 +110,24 @@ def build_all(
 ) -> list[Path]:
     """Build several variants in parallel (nvcc is single-threaded); same order as ``variants``."""
     find_nvcc()
-    # tvm-ffi reads the target from the environment (SGLang <= 0.5.17 force-sets it the same way).
-    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = arch.name
     workers = jobs or max(1, min(len(variants), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    # tvm-ffi reads the target from the environment (SGLang <= 0.5.17 force-sets it the same way).
+    with scoped_env("TVM_FFI_CUDA_ARCH_LIST", arch.name), ThreadPoolExecutor(workers) as pool:
         return list(pool.map(lambda v: build(v, arch, build_dir, object_only), variants))
+
+
+@contextmanager
+def scoped_env(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` for the block only (tests and callers keep their own)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def _tvm_ffi_cpp() -> Any:

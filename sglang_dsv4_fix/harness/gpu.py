@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.harness.build import Arch
+from sglang_dsv4_fix.harness.build import Arch, scoped_env
 
 
 def torch() -> Any:
@@ -36,9 +36,9 @@ def device_name() -> str:
     return str(torch().cuda.get_device_name())
 
 
-def isolate_tvm_ffi_cache(build_dir: Path) -> None:
+def isolate_tvm_ffi_cache(build_dir: Path) -> AbstractContextManager[None]:
     """Point tvm-ffi's own cache (its torch DLPack helper) into our build folder, not ~/.cache."""
-    os.environ["TVM_FFI_CACHE_DIR"] = str(build_dir / "tvm-ffi-cache")
+    return scoped_env("TVM_FFI_CACHE_DIR", str(build_dir / "tvm-ffi-cache"))
 
 
 def load(so: Path) -> Any:
