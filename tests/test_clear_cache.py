@@ -207,3 +207,20 @@ def test_fixed_release_has_nothing_to_clear(
     Path(os.environ["TVM_FFI_CACHE_DIR"]).mkdir(parents=True)
     assert main(["clear-cache", "--tree", str(tree.root)]) == 0
     assert "nothing to remove" in capsys.readouterr().out
+
+
+def test_verify_fails_on_a_racy_build_of_a_fixed_tree(
+    laid: tuple[Tree, Path, dict[str, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree, _, builds = laid
+    assert main(["apply", "--tree", str(tree.root), "--no-clear-cache"]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--tree", str(tree.root)]) == 5
+    out = capsys.readouterr().out
+    assert "STALE BUILD: the kernel is fixed but 1 racy (or untellable) planner build(s)" in out
+    assert builds["original"].name in out
+    assert main(["verify", "--tree", str(tree.root), "--ignore-cache"]) == 0
+    assert main(["status", "--tree", str(tree.root)]) == 0
+    assert "jit cache:" in capsys.readouterr().out
+    assert main(["clear-cache", "--tree", str(tree.root)]) == 0
+    assert main(["verify", "--tree", str(tree.root)]) == 0
