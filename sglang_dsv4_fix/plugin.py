@@ -1,0 +1,546 @@
+"""SGLang plugin: every process says which planner kernel it runs, and can refuse a racy one.
+
+Registered as the entry point ``sglang_dsv4_fix`` in the group ``sglang.srt.plugins``. SGLang's
+``load_plugins()`` calls :func:`register` once in the launcher/engine and in every scheduler (TP
+rank) process. It runs before SGLang configures logging, so the start line is logged from a hook
+AFTER ``configure_logger`` (the ranks come from its prefix, the GPU from
+``configure_scheduler_process``), and the JIT-load report from a hook AROUND the release's
+``_jit_compress_plan_module`` (sgl-project/sglang#32467 lives in the kernel it compiles).
+
+Environment: ``SGLANG_DSV4_FIX_MODE`` = ``warn`` (default) | ``enforce`` | ``off``;
+``SGLANG_DSV4_FIX_REPORT`` = a JSON-lines file that gets one record per event (docs/plugin.md).
+In warn mode nothing here can stop SGLang: every failure is caught and logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT = "sglang_dsv4_fix"
+MODE_ENV = "SGLANG_DSV4_FIX_MODE"
+REPORT_ENV = "SGLANG_DSV4_FIX_REPORT"
+MODES = ("warn", "enforce", "off")
+TAG = "sglang-dsv4-fix:"
+SCHEMA = 1
+LOGGER_TARGET = "sglang.srt.utils.common.configure_logger"
+SCHEDULER_TARGET = "sglang.srt.managers.scheduler.configure_scheduler_process"
+JIT_FUNCTION = "_jit_compress_plan_module"
+SO_MARK = "dpsk_v4_compress_plan"  # in every release's planner module (and so .so) name
+
+
+@dataclass
+class Status:
+    """What this process's SGLang tree holds, as told once at start."""
+
+    package_dir: str
+    release: str | None = None
+    layout: str | None = None
+    kernel: str | None = None  # c_plan.cuh's path; None: no DeepSeek-V4 planner (<= 0.5.11)
+    variant: str = "not-applicable"
+    sha256: str | None = None
+    preconditions: str = "-"  # "ok", or the names of the failed ones
+    patched_by: str = "none"
+    problem: str | None = None
+    fix: str | None = None
+    exit_code: int = 0
+    loader_module: str | None = None
+    tree_arg: str = ""
+
+
+@dataclass
+class _Process:
+    mode: str
+    status: Status
+    started: float
+    gpu: str | None = None
+    rank: str | None = None
+    logged: bool = False
+    jit_done: bool = False
+
+
+_process: _Process | None = None
+_registered = False
+_loader_hooked = False
+
+
+def register() -> None:
+    """SGLang's entry point: zero-argument, idempotent, never raises in warn mode."""
+    global _registered, _process
+    if _registered:
+        return
+    _registered = True
+    mode = _mode()
+    if mode == "off":
+        return
+    try:
+        status = inspect_tree(_sglang_package())
+    except Exception as e:  # the plugin must never take serving down in warn mode
+        if mode == "enforce":  # enforce serves only what it has seen to be safe
+            _exit(f"{TAG} refusing to start: cannot inspect the SGLang tree ({e})", 3)
+        logger.warning("%s could not inspect the SGLang tree (%s); serving continues", TAG, e)
+        return
+    _process = _Process(mode, status, time.time())
+    if mode == "enforce" and status.problem:
+        _refuse(_process)
+    _guard("report", lambda: write_report(start_record(_process)))
+    _guard("hooks", _install_hooks)
+
+
+def _mode() -> str:
+    raw = os.environ.get(MODE_ENV, "warn").strip().lower() or "warn"
+    if raw in MODES:
+        return raw
+    logger.warning("%s unknown %s=%r (use warn, enforce or off); using warn", TAG, MODE_ENV, raw)
+    return "warn"
+
+
+def _guard(what: str, fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception as e:
+        logger.warning("%s %s failed (%s: %s); serving continues", TAG, what, type(e).__name__, e)
+
+
+def _sglang_package() -> Path:
+    """The folder of the ``sglang`` this process imported (no search, no import)."""
+    module = sys.modules.get("sglang")
+    spec = getattr(module, "__spec__", None)
+    locations = list(getattr(spec, "submodule_search_locations", None) or [])
+    if not locations:
+        raise RuntimeError("sglang is not imported in this process")
+    return Path(locations[0])
+
+
+# --------------------------------------------------------------------------- the tree's state
+
+
+def inspect_tree(package_dir: Path) -> Status:
+    """Variant, sha256, release, provenance and stale builds of the tree at ``package_dir``."""
+    from sglang_dsv4_fix.tree import find_tree
+
+    tree = find_tree(package_dir)
+    tree_arg = str(tree.git_root or tree.package_dir.parent)
+    status = Status(str(tree.package_dir), tree.release, tree.layout, tree_arg=tree_arg)
+    if tree.kernel_path is None:
+        return status
+    status.kernel = str(tree.kernel_path)
+    status.loader_module = tree.loader_module
+    data = tree.kernel_path.read_bytes()
+    _classify(status, data)
+    _provenance(status, tree.kernel_path)
+    _judge(status, tree)
+    return status
+
+
+def _classify(status: Status, data: bytes) -> None:
+    import hashlib
+
+    from sglang_dsv4_fix.kernel import classify
+
+    status.sha256 = hashlib.sha256(data).hexdigest()
+    verdict = classify(data.decode("utf-8", errors="replace"))
+    status.variant = verdict.variant
+    failed = [p.name for p in verdict.preconditions if not p.ok]
+    if verdict.preconditions:
+        status.preconditions = "ok" if not failed else ",".join(failed)
+
+
+def _provenance(status: Status, kernel: Path) -> None:
+    from sglang_dsv4_fix import provenance
+
+    record = provenance.read(kernel)
+    if record is None:
+        return
+    status.patched_by = f"sglang-dsv4-fix/{record.tool_version}"
+    if record.result_sha256 != status.sha256:
+        status.patched_by += "(edited-since)"
+
+
+def _judge(status: Status, tree: Any) -> None:
+    from sglang_dsv4_fix.errors import Exit
+
+    where = status.tree_arg
+    if status.variant == "racy-init":
+        _problem(status, "c_plan.cuh has the racy init (sgl-project/sglang#32467)",
+                 f"sglang-dsv4-fix apply --tree {where}", Exit.VULNERABLE)  # fmt: skip
+    elif status.variant == "unknown":
+        _problem(status, "c_plan.cuh is not a kernel0 this tool recognises",
+                 f"sglang-dsv4-fix verify --tree {where}", Exit.UNKNOWN)  # fmt: skip
+    elif status.preconditions != "ok":
+        _problem(status, f"no-init launch-geometry preconditions fail: {status.preconditions}",
+                 f"sglang-dsv4-fix verify --tree {where}", Exit.UNKNOWN)  # fmt: skip
+    else:
+        stale = _stale(tree)
+        if stale:
+            _problem(status, stale, f"sglang-dsv4-fix clear-cache --tree {where}",
+                     Exit.STALE_BUILD)  # fmt: skip
+
+
+def _problem(status: Status, problem: str, fix: str, code: int) -> None:
+    status.problem, status.fix, status.exit_code = problem, fix, int(code)
+
+
+def _stale(tree: Any) -> str | None:
+    try:
+        from sglang_dsv4_fix import jitcache
+    except ImportError:  # the JIT-cache model is optional
+        return None
+    racy = jitcache.racy_builds(tree)
+    if not racy:
+        return None
+    names = ", ".join(b.name for b in racy)
+    return f"racy planner build(s) still in the JIT cache {jitcache.cache_root()}: {names}"
+
+
+# --------------------------------------------------------------------------- what is said
+
+
+def start_line(p: _Process) -> str:
+    s = p.status
+    where = _where(p)
+    if s.kernel is None:
+        return (f"{TAG} c_plan.cuh absent (no DeepSeek-V4 planner; not affected) "
+                f"release={s.release or '?'} {where} mode={p.mode}")  # fmt: skip
+    line = (
+        f"{TAG} c_plan.cuh variant={s.variant} sha256={(s.sha256 or '')[:12]} "
+        f"release={s.release or '?'} layout={s.layout} patched-by={s.patched_by} "
+        f"{where} preconditions={s.preconditions} mode={p.mode}"
+    )
+    if s.problem:
+        line += f" -- WARNING: {s.problem}; serving continues; fix: {s.fix}"
+    return line
+
+
+def _where(p: _Process) -> str:
+    role = "scheduler" if p.gpu is not None else "main"
+    parts = [f"process={role}"]
+    if p.rank:
+        parts.append(f"rank={p.rank}")
+    if p.gpu is not None:
+        parts.append(f"gpu={p.gpu}")
+    parts.append(f"pid={os.getpid()}")
+    return " ".join(parts)
+
+
+def refuse_line(s: Status) -> str:
+    return (
+        f"{TAG} refusing to start: {s.problem} ({s.kernel}); fix: {s.fix} "
+        f"(or set {MODE_ENV}=warn to serve anyway)"
+    )
+
+
+def _refuse(p: _Process) -> None:
+    """enforce: one line on stderr (logging is not configured yet), a report record, exit."""
+    s = p.status
+    with contextlib.suppress(Exception):
+        write_report({**start_record(p), "action": "refused"})
+    _exit(refuse_line(s), s.exit_code)
+
+
+def _exit(line: str, code: int) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def start_record(p: _Process) -> dict[str, Any]:
+    s = p.status
+    return {
+        "schema": SCHEMA,
+        "event": "start",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p.started)),
+        "host": os.uname().nodename,
+        "pid": os.getpid(),
+        "mode": p.mode,
+        "action": "warned" if s.problem else "ok",
+        "tree": s.package_dir,
+        "release": s.release,
+        "layout": s.layout,
+        "kernel": s.kernel,
+        "variant": s.variant,
+        "sha256": s.sha256,
+        "preconditions": s.preconditions,
+        "patched_by": s.patched_by,
+        "problem": s.problem,
+        "fix": s.fix,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
+def write_report(record: dict[str, Any]) -> None:
+    """One JSON line, one ``write`` on an O_APPEND descriptor: records from many processes
+    never interleave (a single append write is atomic for regular files on local filesystems)."""
+    path = os.environ.get(REPORT_ENV)
+    if not path:
+        return
+    data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        written = os.write(fd, data)
+    finally:
+        os.close(fd)
+    if written != len(data):
+        raise OSError(f"short write to {path} ({written} of {len(data)} bytes)")
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+def _install_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
+
+    source = HookSource(plugin_name=ENTRY_POINT, dist_name="sglang-dsv4-fix")
+    reg = HookRegistry.register
+    if _module_of(LOGGER_TARGET) in sys.modules:
+        reg(LOGGER_TARGET, _after_configure_logger, HookType.AFTER, source=source)
+    else:  # nothing will configure logging through the hook: say it now
+        _log_start()
+    if _module_of(SCHEDULER_TARGET) in sys.modules:  # a scheduler (TP rank) process
+        reg(SCHEDULER_TARGET, _before_configure_scheduler, HookType.BEFORE, source=source)
+    loader = _process.status.loader_module if _process else None
+    if loader:
+        _hook_loader_when_imported(loader, source)
+
+
+def _module_of(target: str) -> str:
+    return target.rsplit(".", 1)[0]
+
+
+def _after_configure_logger(result: object, *args: Any, **kwargs: Any) -> None:
+    """AFTER SGLang's ``configure_logger(server_args, prefix="")``: logging works now."""
+    try:
+        prefix = kwargs.get("prefix", args[1] if len(args) > 1 else "")
+        if _process is not None and isinstance(prefix, str) and prefix.strip():
+            _process.rank = ",".join(prefix.split()).lower()
+        _log_start()
+    except Exception as e:
+        logger.warning("%s start line failed (%s); serving continues", TAG, e)
+
+
+def _before_configure_scheduler(*args: Any, **kwargs: Any) -> None:
+    """BEFORE ``configure_scheduler_process(server_args, gpu_id, ...)`` (all releases)."""
+    with contextlib.suppress(Exception):
+        gpu = kwargs.get("gpu_id", args[1] if len(args) > 1 else None)
+        if _process is not None and gpu is not None:
+            _process.gpu = str(gpu)
+
+
+def _log_start() -> None:
+    p = _process
+    if p is None or p.logged:
+        return
+    p.logged = True
+    level = logging.WARNING if p.status.problem else logging.INFO
+    logger.log(level, "%s", start_line(p))
+
+
+# --------------------------------------------------------------------------- JIT load
+
+
+def _hook_loader_when_imported(module: str, source: Any) -> None:
+    """Hook ``<loader>._jit_compress_plan_module`` through SGLang's registry, now if the loader
+    is imported, else the moment it is (importing it here would cost every process that never
+    plans a DeepSeek-V4 batch its whole import chain)."""
+    if module in sys.modules:
+        _apply_loader_hook(module, source)
+        return
+    sys.meta_path.insert(0, _ImportWatch(module, lambda: _apply_loader_hook(module, source)))
+
+
+def _apply_loader_hook(module: str, source: Any) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    global _loader_hooked
+    if _loader_hooked:
+        return
+    _loader_hooked = True
+    target = f"{module}.{JIT_FUNCTION}"
+    HookRegistry.register(target, around_jit_module, HookType.AROUND, source=source)
+    HookRegistry.apply_hooks()  # applies only targets not yet patched
+
+
+class _ImportWatch:
+    """A meta-path finder that runs ``then`` right after one module has executed."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = cast(Any, _ThenLoader(spec.loader, self.then))
+        return spec
+
+
+class _ThenLoader:
+    def __init__(self, loader: Any, then: Callable[[], None]) -> None:
+        self._loader, self._then = loader, then
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        _guard("JIT-load hook", self._then)
+
+
+def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND ``_jit_compress_plan_module``: on its first call, tell which .so it loaded."""
+    p = _process
+    if p is None or p.jit_done:
+        return original(*args, **kwargs)
+    p.jit_done = True
+    t0, before = time.time(), _mapped_planner_objects()
+    module = original(*args, **kwargs)
+    report: dict[str, Any] = {}
+    _guard("JIT-load report", lambda: report.update(_jit_report(p, t0, before)))
+    if p.mode == "enforce" and report.get("problem"):
+        raise RuntimeError(f"{TAG} refusing the planner build: {report['problem']}")
+    return module
+
+
+def _mapped_planner_objects() -> set[str]:
+    """Planner .so files this process has mapped (/proc/self/maps: what dlopen really took)."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8") as maps:
+        for line in maps:
+            if SO_MARK in line and ".so" in line:
+                found.add(line.split(None, 5)[-1].strip())
+    return found
+
+
+def _jit_report(p: _Process, t0: float, before: set[str]) -> dict[str, Any]:
+    after = _mapped_planner_objects()
+    new = sorted(after - before) or sorted(after)
+    so = Path(new[0]) if new else None
+    built = _built_from(p, so, t0)
+    record = {**start_record(p), "event": "jit-load", "so": str(so) if so else None, **built}
+    record["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record["problem"] = _jit_problem(built)
+    record["action"] = "warned" if record["problem"] else "ok"
+    _log_jit(record)
+    _guard("report", lambda: write_report(record))
+    return record
+
+
+def _built_from(p: _Process, so: Path | None, t0: float) -> dict[str, Any]:
+    """What the loaded .so was built from: our sidecar, the cache model, or (a build this call
+    caused) the kernel bytes on disk now, in which case we leave a sidecar beside it."""
+    if so is None:
+        return {"compiled_now": None, "built_from": "unknown", "built_variant": None,
+                "built_sha256": None, "evidence": ".so not found in /proc/self/maps"}  # fmt: skip
+    compiled_now = so.stat().st_mtime >= t0 - 1.0
+    note = _sidecar(so.parent)
+    if note is not None:
+        return _from_note(note, compiled_now, "sidecar beside the build")
+    if compiled_now and p.status.kernel:
+        return _record_build(p, so)
+    return _from_cache_model(p, so, compiled_now)
+
+
+def _from_note(note: dict[str, Any], compiled_now: bool, evidence: str) -> dict[str, Any]:
+    return {
+        "compiled_now": compiled_now,
+        "built_from": note.get("kernel"),
+        "built_variant": note.get("variant"),
+        "built_sha256": note.get("kernel_sha256"),
+        "evidence": evidence,
+    }
+
+
+def _sidecar(build: Path) -> dict[str, Any] | None:
+    try:
+        from sglang_dsv4_fix import jitcache
+    except ImportError:
+        return None
+    return jitcache.read_sidecar(build)
+
+
+def _record_build(p: _Process, so: Path) -> dict[str, Any]:
+    import hashlib
+
+    from sglang_dsv4_fix import __version__
+    from sglang_dsv4_fix.kernel import classify
+
+    assert p.status.kernel is not None
+    data = Path(p.status.kernel).read_bytes()
+    note = {
+        "tool": "sglang-dsv4-fix",
+        "tool_version": __version__,
+        "written_by": "plugin",
+        "release": p.status.release,
+        "kernel": p.status.kernel,
+        "kernel_sha256": hashlib.sha256(data).hexdigest(),
+        "variant": classify(data.decode("utf-8", errors="replace")).variant,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    evidence = "compiled by this call from the kernel on disk"
+    with contextlib.suppress(ImportError):
+        from sglang_dsv4_fix import jitcache
+
+        jitcache.write_sidecar(so.parent, so, note)
+        evidence += "; sidecar written"
+    return _from_note(note, True, evidence)
+
+
+def _from_cache_model(p: _Process, so: Path, compiled_now: bool) -> dict[str, Any]:
+    from sglang_dsv4_fix import jitcache
+    from sglang_dsv4_fix.tree import find_tree
+
+    tree = find_tree(p.status.package_dir)
+    for build in jitcache.inventory(tree, so.parent.parent):
+        if build.path == so.parent:
+            return {"compiled_now": compiled_now, "built_from": p.status.kernel,
+                    "built_variant": _origin_variant(build.origin, p.status),
+                    "built_sha256": build.origin_sha256, "evidence": build.detail}  # fmt: skip
+    return {"compiled_now": compiled_now, "built_from": None, "built_variant": None,
+            "built_sha256": None, "evidence": "not a build this tool can name"}  # fmt: skip
+
+
+def _origin_variant(origin: str, status: Status) -> str | None:
+    if origin == "original":
+        return "racy-init"
+    if origin == "current":
+        return status.variant
+    return origin if origin in ("no-init", "barrier") else None
+
+
+def _jit_problem(built: dict[str, Any]) -> str | None:
+    variant = built.get("built_variant")
+    if variant in ("no-init", "barrier"):
+        return None
+    if variant == "racy-init":
+        return "the loaded planner .so was built from the racy kernel (sgl-project/sglang#32467)"
+    return f"cannot tell what the loaded planner .so was built from ({built.get('evidence')})"
+
+
+def _log_jit(r: dict[str, Any]) -> None:
+    how = {True: "compiled now", False: "from cache", None: "?"}[r.get("compiled_now")]
+    line = (
+        f"{TAG} JIT planner loaded so={r['so']} ({how}) built-from variant={r['built_variant']} "
+        f"sha256={(r['built_sha256'] or '')[:12]} evidence={r['evidence']!r} pid={r['pid']}"
+    )
+    if r["problem"]:
+        logger.warning("%s -- WARNING: %s", line, r["problem"])
+    else:
+        logger.info("%s", line)

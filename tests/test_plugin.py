@@ -1,0 +1,243 @@
+"""The plugin under SGLang's real ``load_plugins()``, in fresh interpreters, on real releases.
+
+Each case is a new process (load_plugins() runs once per process): the release's own
+``sglang.srt.plugins.load_plugins()`` finds our entry point, runs ``register()``, applies the hooks;
+then SGLang's own ``configure_logger`` (reached through ``sglang.srt.utils``, the re-export the
+engine imports, so the registry's rebinding is exercised too) configures logging as the engine and
+every scheduler do, and the start line appears. ``configure_logger`` reads only
+``server_args.log_level``, so a namespace carries it instead of a full ServerArgs (whose module
+imports transformers and the model zoo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from plugin_env import copy_site, install_self, release_site, run_python
+
+from sglang_dsv4_fix.main import main
+
+pytestmark = pytest.mark.slow
+
+SERVE = """
+import types
+from sglang.srt.plugins import load_plugins
+load_plugins()
+import sglang.srt.utils as utils
+utils.configure_logger(types.SimpleNamespace(log_level="info"), prefix=" TP3")
+print("SERVING", flush=True)
+"""
+LINE = re.compile(r"^\[[^\]]* TP3\] sglang-dsv4-fix: c_plan\.cuh .*$", re.MULTILINE)
+
+
+@pytest.fixture(scope="session")
+def self_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_self(tmp_path_factory.mktemp("self") / "site")
+
+
+def serve(
+    site: Path, self_site: Path, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    done = run_python(SERVE, self_site, site, env=env)
+    return done, LINE.findall(done.stderr)
+
+
+def patched(version: str, tmp_path: Path, variant: str = "no-init") -> Path:
+    site = copy_site(release_site(version), tmp_path / "site")
+    assert main(["apply", "--tree", str(site), "--variant", variant]) == 0
+    return site
+
+
+@pytest.mark.parametrize(
+    ("version", "layout"),
+    [("0.5.12", "pre-refactor"), ("0.5.16", "pre-refactor"), ("0.5.17", "post-refactor")],
+)
+def test_unpatched_release_warns_and_serves(
+    version: str, layout: str, self_site: Path, tmp_path: Path
+) -> None:
+    site = release_site(version)
+    report = tmp_path / "fleet.jsonl"
+    done, lines = serve(site, self_site, SGLANG_DSV4_FIX_REPORT=str(report))
+    assert done.returncode == 0, done.stderr
+    assert "SERVING" in done.stdout
+    assert len(lines) == 1, done.stderr
+    line = lines[0]
+    assert "variant=racy-init sha256=" in line
+    assert f"release={version} layout={layout} patched-by=none process=main rank=tp3 " in line
+    assert "pid=" in line and "preconditions=ok mode=warn" in line
+    assert line.endswith(
+        "-- WARNING: c_plan.cuh has the racy init (sgl-project/sglang#32467); serving continues; "
+        f"fix: sglang-dsv4-fix apply --tree {site}"
+    )
+    (record,) = [json.loads(r) for r in report.read_text().splitlines()]
+    assert record["event"] == "start" and record["action"] == "warned"
+    assert record["variant"] == "racy-init" and record["release"] == version
+    assert record["fix"] == f"sglang-dsv4-fix apply --tree {site}"
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.17"])
+def test_patched_release_reports_no_init_and_provenance(
+    version: str, self_site: Path, tmp_path: Path
+) -> None:
+    site = patched(version, tmp_path)
+    done, lines = serve(site, self_site)
+    assert done.returncode == 0, done.stderr
+    (line,) = lines
+    assert "variant=no-init" in line
+    assert "patched-by=sglang-dsv4-fix/0.1.0 " in line
+    assert "preconditions=ok mode=warn" in line
+    assert "WARNING" not in line
+
+
+def test_fixed_release_is_quiet_and_ok(self_site: Path, tmp_path: Path) -> None:
+    done, lines = serve(release_site("0.5.21"), self_site)
+    assert done.returncode == 0, done.stderr
+    (line,) = lines
+    assert "variant=no-init" in line and "release=0.5.21 layout=post-refactor" in line
+    assert "patched-by=none" in line and "WARNING" not in line
+
+
+def test_enforce_stops_an_unpatched_tree_with_one_line(self_site: Path, tmp_path: Path) -> None:
+    site = release_site("0.5.16")
+    report = tmp_path / "r.jsonl"
+    done, _ = serve(
+        site, self_site, SGLANG_DSV4_FIX_MODE="enforce", SGLANG_DSV4_FIX_REPORT=str(report)
+    )
+    assert done.returncode == 1
+    assert "SERVING" not in done.stdout
+    kernel = site / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
+    assert done.stderr.splitlines()[-1] == (
+        "sglang-dsv4-fix: refusing to start: c_plan.cuh has the racy init "
+        f"(sgl-project/sglang#32467) ({kernel}); fix: sglang-dsv4-fix apply --tree {site} "
+        "(or set SGLANG_DSV4_FIX_MODE=warn to serve anyway)"
+    )
+    (record,) = [json.loads(r) for r in report.read_text().splitlines()]
+    assert record["action"] == "refused" and record["mode"] == "enforce"
+
+
+def test_enforce_lets_a_patched_tree_serve(self_site: Path, tmp_path: Path) -> None:
+    done, lines = serve(patched("0.5.16", tmp_path), self_site, SGLANG_DSV4_FIX_MODE="enforce")
+    assert done.returncode == 0, done.stderr
+    assert "SERVING" in done.stdout
+    assert "mode=enforce" in lines[0]
+
+
+def test_sglang_plugins_without_us_keeps_it_silent(self_site: Path) -> None:
+    done, lines = serve(
+        release_site("0.5.16"),
+        self_site,
+        SGLANG_PLUGINS="someone_else",
+        SGLANG_DSV4_FIX_MODE="enforce",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SERVING" in done.stdout
+    assert "sglang-dsv4-fix" not in done.stderr and lines == []
+
+
+def test_sglang_plugins_naming_us_loads_it(self_site: Path) -> None:
+    done, lines = serve(release_site("0.5.16"), self_site, SGLANG_PLUGINS="x,sglang_dsv4_fix")
+    assert done.returncode == 0, done.stderr
+    assert len(lines) == 1
+
+
+def test_mode_off_is_silent(self_site: Path) -> None:
+    done, _lines = serve(release_site("0.5.16"), self_site, SGLANG_DSV4_FIX_MODE="off")
+    assert done.returncode == 0 and "SERVING" in done.stdout
+    assert "sglang-dsv4-fix" not in done.stderr
+
+
+def test_a_plugin_failure_does_not_propagate(self_site: Path, tmp_path: Path) -> None:
+    site = patched("0.5.16", tmp_path)
+    record = site / "sglang/jit_kernel/csrc/deepseek_v4/.c_plan.cuh.sglang-dsv4-fix.json"
+    record.write_text("{not json")
+    report = tmp_path / "a-folder"
+    report.mkdir()
+    done, lines = serve(site, self_site, SGLANG_DSV4_FIX_REPORT=str(report))
+    assert done.returncode == 0, done.stderr
+    assert "SERVING" in done.stdout
+    assert lines == []
+    assert (
+        f"sglang-dsv4-fix: could not inspect the SGLang tree ({record}: unreadable provenance "
+        "record (" in done.stderr
+    )
+    assert "; serving continues" in done.stderr
+
+
+def test_a_report_failure_does_not_propagate(self_site: Path, tmp_path: Path) -> None:
+    report = tmp_path / "a-folder"
+    report.mkdir()
+    done, lines = serve(release_site("0.5.21"), self_site, SGLANG_DSV4_FIX_REPORT=str(report))
+    assert done.returncode == 0 and "SERVING" in done.stdout
+    assert (
+        f"sglang-dsv4-fix: report failed (IsADirectoryError: [Errno 21] Is a directory: "
+        f"'{report}'); serving continues"
+    ) in done.stderr
+    assert len(lines) == 1
+
+
+def test_enforce_refuses_when_it_cannot_inspect(self_site: Path, tmp_path: Path) -> None:
+    site = patched("0.5.16", tmp_path)
+    record = site / "sglang/jit_kernel/csrc/deepseek_v4/.c_plan.cuh.sglang-dsv4-fix.json"
+    record.write_text("{not json")
+    done, _ = serve(site, self_site, SGLANG_DSV4_FIX_MODE="enforce")
+    assert done.returncode == 3
+    assert done.stderr.splitlines()[-1].startswith(
+        "sglang-dsv4-fix: refusing to start: cannot inspect the SGLang tree ("
+    )
+
+
+def test_the_jit_hook_sits_on_sglangs_internal_callers(self_site: Path, tmp_path: Path) -> None:
+    """The registry hooks ``_jit_compress_plan_module`` the moment the loader module is imported,
+    and SGLang's own caller (``CompressorDecodePlan.generate``) goes through it: with no
+    compiler reachable the load fails, and the traceback shows our AROUND frame right under
+    SGLang's caller (the full report needs a GPU: gpu/plugin_check.sh).
+
+    Here ``sglang/jit_kernel/dsv4/__init__.py`` goes on to import ``gemm.py``, whose chain
+    needs transformers (not in this environment); Python keeps the already executed
+    ``compress`` module in sys.modules, and that real module is what is called."""
+    code = SERVE + (
+        "import sys, traceback\n"
+        "try:\n"
+        "    import sglang.jit_kernel.dsv4.compress\n"
+        "except ImportError as e:\n"
+        "    print('PACKAGE', e)\n"
+        "compress = sys.modules['sglang.jit_kernel.dsv4.compress']\n"
+        "print('WRAPPED', compress._jit_compress_plan_module.__wrapped__ is not None)\n"
+        "try:\n"
+        "    compress.CompressorDecodePlan.generate(4, None, None, None, None, 256, 128)\n"
+        "except BaseException:\n"
+        "    traceback.print_exc()\n"
+    )
+    env = {"PATH": "/nonexistent", "CUDA_HOME": "/nonexistent"}
+    done = run_python(code, self_site, release_site("0.5.16"), env=env)
+    assert "WRAPPED True" in done.stdout, done.stderr
+    frames = re.findall(r'File "[^"]*/([^/"]+)", line \d+, in (\w+)', done.stderr)
+    names = [f"{file}:{fn}" for file, fn in frames]
+    assert "compress.py:generate" in names, done.stderr
+    i = names.index("compress.py:generate")
+    assert names[i + 1 : i + 3] == ["hook_registry.py:wrapper", "plugin.py:around_jit_module"]
+
+
+def test_report_lines_from_many_processes_never_interleave(tmp_path: Path) -> None:
+    from sglang_dsv4_fix import plugin
+
+    report = tmp_path / "r.jsonl"
+    big = "x" * 3000
+    code = (
+        "import os, sys\n"
+        "from sglang_dsv4_fix.plugin import write_report\n"
+        "for i in range(200):\n"
+        f"    write_report({{'pid': os.getpid(), 'i': i, 'pad': {big!r}}})\n"
+    )
+    env = {**os.environ, plugin.REPORT_ENV: str(report)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(6)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(records) == 1200
+    assert all(r["pad"] == big for r in records)
