@@ -303,6 +303,19 @@ def test_a_folder_or_an_unreadable_file_is_refused_before_scanning(
         locked.chmod(0o644)
 
 
+def test_a_truncated_gzip_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "server.log.gz"
+    log.write_bytes(gzip.compress(("\n".join(NOISE) * 50).encode())[:300])
+    assert main(["scan-logs", str(log)]) == Exit.NOT_FOUND
+    err = capsys.readouterr().err
+    assert err == (
+        f"sglang-dsv4-fix: error: {log}: cannot read "
+        "(Compressed file ended before the end-of-stream marker was reached)\n"
+    )
+
+
 def _readable(path: Path) -> bool:
     try:
         path.read_bytes()

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -43,7 +44,10 @@ def run(args: argparse.Namespace) -> int:
     scanner = Scanner()
     for name in names:
         with _open(name) as stream:
-            scanner.scan(stream, "<stdin>" if name == "-" else name)
+            try:
+                scanner.scan(stream, "<stdin>" if name == "-" else name)
+            except (OSError, EOFError, zlib.error) as e:  # e.g. a truncated or corrupt .gz
+                raise FatalError(f"{name}: cannot read ({e})", Exit.NOT_FOUND) from None
     code = Exit.FINDINGS if scanner.found else Exit.OK
     if args.json:
         json.dump(_payload(scanner, code), sys.stdout, indent=2, sort_keys=True)
