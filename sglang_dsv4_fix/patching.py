@@ -9,8 +9,8 @@ from sglang_dsv4_fix.errors import Exit, FatalError
 
 def parse_single(patch: str, expected_path: str) -> object:
     """The one file of ``patch``; refuses several files, absolute paths or ``..``."""
-    from unidiff.patch import PatchSet
     from unidiff.errors import UnidiffParseError
+    from unidiff.patch import PatchSet
 
     try:
         files = PatchSet(patch)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_dsv4_fix import manifest, provenance
+from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
 from sglang_dsv4_fix.kernel import Verdict, classify
 from sglang_dsv4_fix.manifest import Release
@@ -75,7 +76,12 @@ class KernelState:
 def inspect(tree: Tree) -> KernelState:
     """Read the kernel of ``tree`` (which must have one) and everything known about it."""
     assert tree.kernel_path is not None
-    data = tree.kernel_path.read_bytes()
+    try:
+        data = tree.kernel_path.read_bytes()
+    except OSError as e:  # a folder, a dangling link, unreadable: say so, not a traceback
+        raise FatalError(
+            f"{tree.kernel_path}: cannot read the kernel ({e.strerror})", Exit.NOT_FOUND
+        ) from e
     sha = sha256_bytes(data)
     m = manifest.load()
     return KernelState(

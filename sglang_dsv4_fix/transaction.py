@@ -8,13 +8,14 @@ and the next run under the lock finishes or discards the pending record by compa
 from __future__ import annotations
 
 import datetime
+import glob
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglang_dsv4_fix import __version__, manifest, patching, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import atomic_write, sha256_bytes, sha256_file
+from sglang_dsv4_fix.fsops import atomic_write, remove, sha256_bytes, sha256_file
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite
 from sglang_dsv4_fix.state import KernelState
@@ -73,7 +74,10 @@ def _switch(state: KernelState, target: Target) -> Plan:
     assert state.record is not None and state.tree.kernel_path is not None
     original = provenance.backup_path(state.tree.kernel_path).read_bytes()
     if sha256_bytes(original) != state.record.base_sha256:
-        raise FatalError("the backup does not match the recorded original; refusing", Exit.REFUSED)
+        raise FatalError(
+            f"{provenance.backup_path(state.tree.kernel_path)}: does not hold the recorded original; refusing",
+            Exit.REFUSED,
+        )
     plan = _patch(state, original.decode("utf-8"), state.record.base_sha256, target)
     return replace(plan, restore_first=True)
 
@@ -146,7 +150,12 @@ def recover(kernel: Path) -> None:
     base: the write never landed (apply) or the restore did (revert): drop record and backup.
     """
     record = provenance.read(kernel)
+    for tmp in _stale_temps(kernel):  # a killed atomic_write's temp file (we hold the lock)
+        remove(tmp)
     if record is None:
+        backup = provenance.backup_path(kernel)
+        if backup.is_file() and sha256_file(backup) == sha256_file(kernel):
+            remove(backup)  # killed before the record was written, or after revert dropped it
         return
     current = sha256_file(kernel)
     if current == record.result_sha256 and record.state == "pending":
@@ -157,6 +166,18 @@ def recover(kernel: Path) -> None:
         raise FatalError(
             f"{kernel}: changed during an interrupted apply; inspect by hand", Exit.REFUSED
         )
+
+
+def _stale_temps(kernel: Path) -> list[Path]:
+    names = (kernel, provenance.record_path(kernel), provenance.backup_path(kernel))
+    return [t for n in names for t in kernel.parent.glob(f".{glob.escape(n.name)}.*.tmp")]
+
+
+def torn(kernel: Path) -> bool:
+    """A killed run left something for ``recover``: a pending record, a temp file, a lone backup."""
+    record = provenance.read(kernel)
+    lone_backup = record is None and provenance.backup_path(kernel).is_file()
+    return bool(lone_backup or (record and record.state == "pending") or _stale_temps(kernel))
 
 
 def commit_plan(kernel: Path, plan: Plan) -> None:
@@ -189,7 +210,10 @@ def revert(kernel: Path) -> str:
         )
     backup = provenance.backup_path(kernel).read_bytes()
     if sha256_bytes(backup) != record.base_sha256:
-        raise FatalError("the backup does not match the recorded original; refusing", Exit.REFUSED)
+        raise FatalError(
+            f"{provenance.backup_path(kernel)}: does not hold the recorded original; refusing",
+            Exit.REFUSED,
+        )
     atomic_write(kernel, backup)
     provenance.discard(kernel)
     return f"restored the original kernel (sha256 {record.base_sha256[:16]}…)"

@@ -54,14 +54,15 @@ def run(args: argparse.Namespace) -> int:
     tree = tree_of(args)
     kernel = transaction.kernel_of(tree)
     plan = transaction.plan_apply(state.inspect(tree), args.variant)
-    if args.check or plan.action == "none":
+    if args.check or (plan.action == "none" and not transaction.torn(kernel)):
         return _report(args, tree, plan, written=False)
     transaction.check_writable(kernel, tree)
-    _refuse_foreign_changes(args, tree)
     with file_lock(kernel.parent):
         transaction.recover(kernel)
         plan = transaction.plan_apply(state.inspect(tree), args.variant)  # again, under the lock
         if plan.action == "write":
+            # Under the lock: outside it, another apply's write looks like a foreign change.
+            _refuse_foreign_changes(args, tree)
             transaction.commit_plan(kernel, plan)
             _after_write(tree, plan, args)
     if plan.action == "write" and args.commit:
