@@ -17,19 +17,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from trees import wheel_cache
+from trees import fetch_wheel
 
 
 def fetch_tvm_ffi(version: str) -> Path:
     """The apache-tvm-ffi wheel (any platform: we only read its Python source)."""
-    cache = wheel_cache()
-    found = sorted(cache.glob(f"apache_tvm_ffi-{version}-*.whl"))
-    if found:
-        return found[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
-    subprocess.run([*cmd, "-d", str(cache), f"apache-tvm-ffi=={version}"], check=True)
-    return sorted(cache.glob(f"apache_tvm_ffi-{version}-*.whl"))[0]
+    return fetch_wheel(version, "apache-tvm-ffi")
 
 
 def tvm_ffi_extension_source(version: str) -> str:

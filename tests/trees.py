@@ -34,16 +34,17 @@ def wheel_cache() -> Path:
     return Path(os.environ.get("SGLANG_DSV4_FIX_WHEEL_CACHE", default))
 
 
-def fetch_wheel(version: str) -> Path:
-    """The cached wheel of ``sglang==version``; downloaded from PyPI on first use."""
+def fetch_wheel(version: str, project: str = "sglang") -> Path:
+    """The cached wheel of ``project==version``; downloaded from PyPI on first use."""
     cache = wheel_cache()
-    found = sorted(cache.glob(f"sglang-{version}-*.whl"))
+    stem = project.replace("-", "_")
+    found = sorted(cache.glob(f"{stem}-{version}-*.whl"))
     if found:
         return found[0]
     cache.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
-    subprocess.run([*cmd, "-d", str(cache), f"sglang=={version}"], check=True)
-    return sorted(cache.glob(f"sglang-{version}-*.whl"))[0]
+    subprocess.run([*cmd, "-d", str(cache), f"{project}=={version}"], check=True)
+    return sorted(cache.glob(f"{stem}-{version}-*.whl"))[0]
 
 
 def _wanted(name: str, prefixes: tuple[str, ...] | None) -> bool:

@@ -10,7 +10,16 @@ from typing import Any
 
 from sglang_dsv4_fix.tree import Tree, find_tree
 
-Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+def command(sub: Any, name: str, doc: str, details: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand parser: one-line help from the module docstring ("name: help"), details below."""
+    summary = doc.split(": ", 1)[1].strip()
+    return sub.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=f"{summary}\n\n{details}" if details else summary,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_tree(parser: argparse.ArgumentParser) -> None:

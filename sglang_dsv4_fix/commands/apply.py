@@ -7,7 +7,7 @@ import importlib.util
 from typing import Any
 
 from sglang_dsv4_fix import gitops, state, transaction
-from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
@@ -21,12 +21,7 @@ provenance record that `status` and the runtime plugin read."""
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "apply",
-        help=__doc__.split(": ", 1)[1],
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command(sub, "apply", __doc__, HELP)
     add_tree(p)
     p.add_argument(
         "--variant",

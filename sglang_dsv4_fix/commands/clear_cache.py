@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix import jitcache
-from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.errors import Exit
 
 HELP = """\
@@ -39,12 +39,7 @@ def add_cache_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "clear-cache",
-        help=__doc__.split(": ", 1)[1],
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command(sub, "clear-cache", __doc__, HELP)
     add_tree(p)
     add_cache_dir(p)
     p.add_argument("--all", action="store_true", help="every build in the cache, all kernels")

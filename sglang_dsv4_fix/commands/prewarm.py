@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix import __version__, jitcache
-from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_dir
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.tree import Tree
@@ -27,12 +27,7 @@ compiling. Needs nvcc and apache-tvm-ffi (the version the tree's runtime uses). 
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "prewarm",
-        help=__doc__.split(": ", 1)[1],
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command(sub, "prewarm", __doc__, HELP)
     add_tree(p)
     add_cache_dir(p)
     p.add_argument(

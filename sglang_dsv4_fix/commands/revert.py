@@ -6,14 +6,14 @@ import argparse
 from typing import Any
 
 from sglang_dsv4_fix import gitops, provenance, transaction
-from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("revert", help=__doc__.split(": ", 1)[1], description=__doc__)
+    p = command(sub, "revert", __doc__)
     add_tree(p)
     p.add_argument("--commit", action="store_true", help="git checkout: commit the restored kernel")
     add_cache_options(p)

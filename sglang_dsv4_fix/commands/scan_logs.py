@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from sglang_dsv4_fix.commands._common import command
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.logscan import SIGNATURES, Finding, Occurrence, Scanner
 
@@ -25,12 +26,7 @@ exit codes: 0 no signature found; 10 signatures found; 7 a FILE is missing or un
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "scan-logs",
-        help=__doc__.split(": ", 1)[1],
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command(sub, "scan-logs", __doc__, HELP)
     p.add_argument("files", nargs="+", metavar="FILE", help="log file, or '-' for standard input")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 

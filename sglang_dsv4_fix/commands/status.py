@@ -6,13 +6,13 @@ import argparse
 from typing import Any
 
 from sglang_dsv4_fix import state
-from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.commands.verify import judge
 from sglang_dsv4_fix.errors import Exit
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("status", help=__doc__.split(": ", 1)[1], description=__doc__)
+    p = command(sub, "status", __doc__)
     add_tree(p)
 
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from sglang_dsv4_fix import state
-from sglang_dsv4_fix.commands._common import add_tree, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.errors import Exit
 from sglang_dsv4_fix.state import KernelState
 
@@ -18,12 +18,7 @@ release); 1 racy kernel; 3 unknown kernel, drifted from its release, or a violat
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "verify",
-        help=__doc__.split(": ", 1)[1],
-        description=HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command(sub, "verify", __doc__, HELP)
     add_tree(p)
     p.add_argument(
         "--require-variant",
