@@ -121,7 +121,9 @@ def mask_comments(text: str) -> str:
 def _blank(m: re.Match[str]) -> str:
     piece = m.group(0)
     if piece[0] in "\"'":  # keep the quotes so the literal stays a token
-        return piece[0] + _NOT_NEWLINE.sub(" ", piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
+        return (
+            piece[0] + _NOT_NEWLINE.sub(" ", piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
+        )
     return _NOT_NEWLINE.sub(" ", piece)
 
 
