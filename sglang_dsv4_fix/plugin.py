@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -67,6 +67,7 @@ class _Process:
     rank: str | None = None
     logged: bool = False
     jit_done: bool = False
+    pid: int = field(default_factory=os.getpid)
 
 
 _process: _Process | None = None
@@ -317,12 +318,24 @@ def _module_of(target: str) -> str:
     return target.rsplit(".", 1)[0]
 
 
+def _current() -> _Process | None:
+    """This process's state; a forked child (SGLang's load_plugins() is then a no-op there, the
+    hooks are inherited) starts its own: its own start line, record and JIT report."""
+    global _process
+    p = _process
+    if p is not None and p.pid != os.getpid():
+        p = _process = _Process(p.mode, p.status, time.time())
+        _guard("report", lambda: write_report(start_record(p)))
+    return p
+
+
 def _after_configure_logger(result: object, *args: Any, **kwargs: Any) -> None:
     """AFTER SGLang's ``configure_logger(server_args, prefix="")``: logging works now."""
     try:
         prefix = kwargs.get("prefix", args[1] if len(args) > 1 else "")
-        if _process is not None and isinstance(prefix, str) and prefix.strip():
-            _process.rank = ",".join(prefix.split()).lower()
+        p = _current()
+        if p is not None and isinstance(prefix, str) and prefix.strip():
+            p.rank = ",".join(prefix.split()).lower()
         _log_start()
     except Exception as e:
         logger.warning("%s start line failed (%s); serving continues", TAG, e)
@@ -332,12 +345,13 @@ def _before_configure_scheduler(*args: Any, **kwargs: Any) -> None:
     """BEFORE ``configure_scheduler_process(server_args, gpu_id, ...)`` (all releases)."""
     with contextlib.suppress(Exception):
         gpu = kwargs.get("gpu_id", args[1] if len(args) > 1 else None)
-        if _process is not None and gpu is not None:
-            _process.gpu = str(gpu)
+        p = _current()
+        if p is not None and gpu is not None:
+            p.gpu = str(gpu)
 
 
 def _log_start() -> None:
-    p = _process
+    p = _current()
     if p is None or p.logged:
         return
     p.logged = True
@@ -406,7 +420,7 @@ class _ThenLoader:
 
 def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """AROUND ``_jit_compress_plan_module``: on its first call, tell which .so it loaded."""
-    p = _process
+    p = _current()
     if p is None or p.jit_done:
         return original(*args, **kwargs)
     p.jit_done = True

@@ -241,3 +241,22 @@ def test_report_lines_from_many_processes_never_interleave(tmp_path: Path) -> No
     records = [json.loads(line) for line in report.read_text().splitlines()]
     assert len(records) == 1200
     assert all(r["pad"] == big for r in records)
+
+
+def test_a_forked_child_reports_itself(self_site: Path, tmp_path: Path) -> None:
+    """Forked after load_plugins() (SGLang's loader is then a no-op in the child, the hooks are
+    inherited): the child still logs its own start line and writes its own record."""
+    code = SERVE.replace(
+        "import sglang.srt.utils as utils\n",
+        "import os\nimport sglang.srt.utils as utils\nchild = os.fork()\n"
+        "if child:\n    os.waitpid(child, 0)\n",
+    )
+    report = tmp_path / "r.jsonl"
+    done = run_python(
+        code, self_site, release_site("0.5.21"), env={"SGLANG_DSV4_FIX_REPORT": str(report)}
+    )
+    assert done.returncode == 0, done.stderr
+    pids = re.findall(r"sglang-dsv4-fix: c_plan\.cuh .* pid=(\d+) ", done.stderr)
+    assert len(pids) == 2 and pids[0] != pids[1], done.stderr
+    records = [json.loads(r) for r in report.read_text().splitlines()]
+    assert sorted(str(r["pid"]) for r in records) == sorted(pids)
