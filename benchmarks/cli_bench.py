@@ -20,13 +20,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from trees import make_git_tree  # noqa: E402
+from trees import make_git_tree
 
-from sglang_dsv4_fix import manifest  # noqa: E402
+from sglang_dsv4_fix import manifest
 
 
 def commands(root: Path, release: str) -> dict[str, tuple[str, ...]]:
-    patch = resources.files("sglang_dsv4_fix.patches") / manifest.load().releases[release].results["no-init"].patch
+    patch = (
+        resources.files("sglang_dsv4_fix.patches")
+        / manifest.load().releases[release].results["no-init"].patch
+    )
     tool = (sys.executable, "-m", "sglang_dsv4_fix")
     return {
         "sglang-dsv4-fix verify": (*tool, "verify", "--tree", str(root)),
@@ -51,7 +54,7 @@ def main() -> int:
         root = make_git_tree(args.release, Path(tmp) / "co")
         cmds = commands(root, args.release)
         samples: dict[str, list[float]] = {name: [] for name in cmds}
-        for name, cmd in cmds.items():
+        for cmd in cmds.values():
             time_once(cmd)  # warm the page cache
         for _ in range(args.runs):
             for name, cmd in cmds.items():

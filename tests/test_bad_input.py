@@ -445,7 +445,8 @@ CASES = [
     Case(
         revert_tampered_backup,
         Exit.REFUSED,
-        ERR + r".*/\.c_plan\.cuh\.sglang-dsv4-fix\.orig: does not hold the recorded original; refusing",
+        ERR
+        + r".*/\.c_plan\.cuh\.sglang-dsv4-fix\.orig: does not hold the recorded original; refusing",
     ),
     Case(
         corrupt_record,
