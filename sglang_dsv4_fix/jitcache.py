@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sglang_dsv4_fix.errors import Exit, FatalError
+from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
 from sglang_dsv4_fix.tree import Tree
 
 Scheme = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
@@ -497,7 +498,7 @@ def _build(
 def _label(label: str | None, sources: dict[str, bytes]) -> tuple[Origin, str | None]:
     if label is None:
         return "other", None
-    sha = hashlib.sha256(sources[label]).hexdigest()
+    sha = sha256_bytes(sources[label])
     if label == "current":
         label = next(
             (k for k, v in sources.items() if k != "current" and v == sources["current"]), "current"
@@ -532,7 +533,7 @@ def _origin_by_path(
             None,
         )
     for label, data in sources.items():
-        if hashlib.sha256(data).hexdigest() == note.get("kernel_sha256"):
+        if sha256_bytes(data) == note.get("kernel_sha256"):
             origin, sha = _label(label, sources)
             return (
                 origin,
@@ -606,7 +607,7 @@ def stale_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]
     """
     if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
         return []
-    current = hashlib.sha256(tree.kernel_path.read_bytes()).hexdigest()
+    current = sha256_file(tree.kernel_path)
     return [
         b
         for b in inventory(tree, cache_root(cache_dir))

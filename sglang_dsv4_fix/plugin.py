@@ -145,11 +145,10 @@ def inspect_tree(package_dir: Path) -> Status:
 
 
 def _classify(status: Status, data: bytes) -> None:
-    import hashlib
-
+    from sglang_dsv4_fix.fsops import sha256_bytes
     from sglang_dsv4_fix.kernel import classify
 
-    status.sha256 = hashlib.sha256(data).hexdigest()
+    status.sha256 = sha256_bytes(data)
     verdict = classify(data.decode("utf-8", errors="replace"))
     status.variant = verdict.variant
     failed = [p.name for p in verdict.preconditions if not p.ok]
@@ -491,9 +490,8 @@ def _sidecar(build: Path) -> dict[str, Any] | None:
 
 
 def _record_build(p: _Process, so: Path) -> dict[str, Any]:
-    import hashlib
-
     from sglang_dsv4_fix import __version__
+    from sglang_dsv4_fix.fsops import sha256_bytes
     from sglang_dsv4_fix.kernel import classify
 
     assert p.status.kernel is not None
@@ -504,7 +502,7 @@ def _record_build(p: _Process, so: Path) -> dict[str, Any]:
         "written_by": "plugin",
         "release": p.status.release,
         "kernel": p.status.kernel,
-        "kernel_sha256": hashlib.sha256(data).hexdigest(),
+        "kernel_sha256": sha256_bytes(data),
         "variant": classify(data.decode("utf-8", errors="replace")).variant,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -17,6 +17,7 @@ from sglang_dsv4_fix import __version__, jitcache
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_dir
 from sglang_dsv4_fix.errors import Exit, FatalError
+from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
 from sglang_dsv4_fix.tree import Tree
 
 HELP = """\
@@ -169,7 +170,7 @@ def _already_warm(tree: Tree, call: jitcache.LoadCall) -> bool:
         return True  # the name hashes the bytes: a .so there was built from them
     note = jitcache.read_sidecar(call.build_dir)  # 0.5.12: only our note can tell
     assert tree.kernel_path is not None
-    return note is not None and note.get("kernel_sha256") == _sha(tree.kernel_path.read_bytes())
+    return note is not None and note.get("kernel_sha256") == sha256_file(tree.kernel_path)
 
 
 def _build(tree: Tree, call: jitcache.LoadCall, root: Path, cuda_home: Path, data: bytes) -> float:
@@ -242,12 +243,6 @@ def _cudart_dirs(cuda_home: Path) -> list[str]:
     return list(dict.fromkeys(str(d) for d in dirs if (d / "libcudart.so").exists()))
 
 
-def _sha(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
 def _note(tree: Tree, call: jitcache.LoadCall, data: bytes) -> dict[str, Any]:
     from sglang_dsv4_fix.kernel import classify
 
@@ -256,7 +251,7 @@ def _note(tree: Tree, call: jitcache.LoadCall, data: bytes) -> dict[str, Any]:
         "tool_version": __version__,
         "release": tree.release,
         "kernel": str(tree.kernel_path),
-        "kernel_sha256": _sha(data),
+        "kernel_sha256": sha256_bytes(data),
         "variant": classify(data.decode("utf-8")).variant,
         "arch": call.arch.target,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
