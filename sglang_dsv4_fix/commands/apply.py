@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from typing import Any
 
-from sglang_dsv4_fix import gitops, state, transaction
+from sglang_dsv4_fix import gitops, jitcache, state, transaction
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options
 from sglang_dsv4_fix.errors import Exit, FatalError
@@ -79,11 +78,7 @@ def _refuse_foreign_changes(args: argparse.Namespace, tree: Tree) -> None:
 
 
 def _after_write(tree: Tree, plan: transaction.Plan, args: argparse.Namespace) -> None:
-    """Seam for the JIT cache: drop the now-stale build of this kernel (sglang_dsv4_fix.jitcache)."""
-    if importlib.util.find_spec("sglang_dsv4_fix.jitcache") is None:
-        return
-    from sglang_dsv4_fix import jitcache
-
+    """Drop the now-stale JIT build of this kernel (the racy one, after a fix)."""
     assert plan.record is not None
     jitcache.after_kernel_change(tree, plan.record.base_sha256, plan.record.result_sha256, args)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sglang_dsv4_fix import gitops, provenance, transaction
+from sglang_dsv4_fix import gitops, jitcache, provenance, transaction
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options
 from sglang_dsv4_fix.errors import Exit, FatalError
@@ -42,12 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _after_write(tree: Any, record: provenance.Provenance, args: argparse.Namespace) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("sglang_dsv4_fix.jitcache") is None:
-        return
-    from sglang_dsv4_fix import jitcache
-
+    """Drop the now-stale JIT build of this kernel (the fixed one, after a revert)."""
     jitcache.after_kernel_change(tree, record.result_sha256, record.base_sha256, args)
 
 
