@@ -128,12 +128,13 @@ def _record(
     method: str,
 ) -> Provenance:
     assert state.tree.kernel_path is not None
-    release = bases[0].version if len(bases) == 1 else (state.tree.release if bases else None)
+    # One known base names the release; several (0.5.12 and 0.5.12.post1 share bytes) or none: the tree's.
+    release = bases[0].version if len(bases) == 1 else state.tree.release
     return Provenance(
         state="pending",
         variant=target,
         method=method,
-        base_release=release or state.tree.release,
+        base_release=release,
         base_sha256=base_sha,
         result_sha256=sha256_bytes(new),
         tool_version=__version__,
