@@ -37,18 +37,31 @@ class FatalError(Exception):
 
 
 @contextmanager
-def error_handler(prog: str) -> Iterator[list[int]]:
-    """Run the body; map FatalError, Ctrl-C and bugs to their exit codes in ``result[0]``."""
+def error_handler(prog: str, as_json: dict[str, object] | None = None) -> Iterator[list[int]]:
+    """Run the body; map FatalError, Ctrl-C and bugs to their exit codes in ``result[0]``.
+
+    With ``as_json`` (the command's ``--json``: what it was asked to inspect), an error is also
+    printed to stdout as one JSON object, so a caller parsing stdout always gets one.
+    """
     result = [int(Exit.OK)]
     try:
         yield result
     except FatalError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        result[0] = int(e.code)
+        _fail(prog, f"error: {e}", int(e.code), result, as_json)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        result[0] = int(Exit.INTERRUPTED)
+        _fail(prog, "interrupted", int(Exit.INTERRUPTED), result, as_json)
     except Exception as e:  # a bug: a short report, never a silent success
-        print(f"{prog}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        _fail(prog, f"internal error: {type(e).__name__}: {e}", int(Exit.INTERNAL), result, as_json)
         traceback.print_exc(limit=4, file=sys.stderr)
-        result[0] = int(Exit.INTERNAL)
+
+
+def _fail(
+    prog: str, message: str, code: int, result: list[int], as_json: dict[str, object] | None
+) -> None:
+    print(f"{prog}: {message}", file=sys.stderr)
+    result[0] = code
+    if as_json is not None:
+        import json
+
+        payload = {**as_json, "exit": code, "error": message.split(": ", 1)[-1]}
+        print(json.dumps(payload, indent=2, sort_keys=True, default=str))

@@ -19,22 +19,70 @@ def _repo(root: Path):  # type: ignore[no-untyped-def]
         raise FatalError(f"{root}: not a usable git checkout ({e})", Exit.REFUSED) from e
 
 
+def _git(root: Path, what: str, *args: str) -> str:
+    """One git command in the checkout at ``root``; git's refusal becomes one line (exit 6)."""
+    import git
+
+    try:
+        return str(_repo(root).git.execute(["git", *args]))
+    except git.exc.GitCommandError as e:
+        raise FatalError(f"{what}: {_reason(e)}", Exit.REFUSED) from e
+
+
+def _reason(e: Exception) -> str:
+    """git's own reason on one line: its first ``fatal:``/``error:`` line when there is one."""
+    text = str(getattr(e, "stderr", "") or e)
+    for marker in ("fatal:", "error:"):
+        at = text.find(marker)
+        if at >= 0:
+            return text[at:].splitlines()[0].rstrip("'").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else "unknown error"
+
+
 def uncommitted(root: Path, relpath: str) -> bool:
     """The kernel differs from HEAD (or is untracked) in the checkout at ``root``."""
-    return bool(_repo(root).git.status("--porcelain", "--", relpath).strip())
+    # --no-optional-locks: a dry run must not even refresh the index's stat cache
+    out = _git(root, f"git status of {relpath} failed", "--no-optional-locks", "status",
+               "--porcelain", "--", relpath)  # fmt: skip
+    return bool(out.strip())
+
+
+def check_identity(root: Path) -> None:
+    """Refuse (6) before any write when git could not make the commit for lack of an identity."""
+    _git(root, "git has no identity to commit with (set user.name and user.email)",
+         "var", "GIT_COMMITTER_IDENT")  # fmt: skip
+    _git(root, "git has no identity to commit with (set user.name and user.email)",
+         "var", "GIT_AUTHOR_IDENT")  # fmt: skip
 
 
 def commit(root: Path, relpath: str, message: str) -> str:
-    """Commit only ``relpath`` (other staged changes stay staged); returns the new commit's sha."""
-    import git
+    """Commit only ``relpath`` (other staged changes stay staged); returns the new commit's sha.
 
-    repo = _repo(root)
+    If git refuses (a hook, no identity), the index entry of ``relpath`` is put back as it was.
+    """
+    saved = _git(root, "git ls-files failed", "ls-files", "-s", "--", relpath)
     try:
-        repo.git.add("--", relpath)
-        repo.git.commit("--only", "-m", message, "--", relpath)
-    except git.exc.GitCommandError as e:
-        raise FatalError(f"git commit failed: {e.stderr.strip() or e}", Exit.REFUSED) from e
-    return str(repo.head.commit.hexsha)
+        _git(root, "git add failed", "add", "--", relpath)
+        _git(root, "git commit failed", "commit", "--only", "-m", message, "--", relpath)
+    except FatalError:
+        _restore_index(root, relpath, saved)
+        raise
+    return _git(root, "git rev-parse failed", "rev-parse", "HEAD").strip()
+
+
+def _restore_index(root: Path, relpath: str, saved: str) -> None:
+    if saved.strip():
+        mode, sha, _stage = saved.split("\t")[0].split()
+        _git(
+            root,
+            "git update-index failed",
+            "update-index",
+            "--cacheinfo",
+            f"{mode},{sha},{relpath}",
+        )
+    else:
+        _git(root, "git rm --cached failed", "rm", "--cached", "-q", "--", relpath)
 
 
 def apply_message(variant: str, base_release: str | None, base_sha: str, result_sha: str) -> str:

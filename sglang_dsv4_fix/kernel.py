@@ -34,7 +34,7 @@ class Precondition:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Classification:
     variant: Variant
     reason: str
     preconditions: tuple[Precondition, ...] = ()
@@ -334,15 +334,15 @@ def _statement_prefix(text: str, body_start: int, pos: int) -> str:
 # ---------------------------------------------------------------- classification
 
 
-def classify(original: str) -> Verdict:
+def classify(original: str) -> Classification:
     """The variant of kernel0 in ``original`` (a whole c_plan.cuh) and its safety preconditions."""
     try:
         k = parse(original)
     except ParseError as e:
-        return Verdict("unknown", str(e))
+        return Classification("unknown", str(e))
     pre = preconditions(k)
     variant, reason = _variant(k)
-    return Verdict(variant, reason, pre)
+    return Classification(variant, reason, pre)
 
 
 def _variant(k: Kernel0) -> tuple[Variant, str]:
@@ -400,22 +400,35 @@ def _launches(text: str) -> list[tuple[str, str]]:
 
 
 def _single_block_launch(k: Kernel0) -> Precondition:
+    """Every host launch of kernel0 (a fork may have several entry points) is one block of 1024."""
     name = "one block of 1024 threads"
     launches = _launches(k.text)
-    if len(launches) != 1:
-        return Precondition(
-            name, False, f"found {len(launches)} launch sites of {KERNEL0}, expected 1"
-        )
-    grid, block = (fold(x, k.constants) for x in launches[0])
+    if not launches:
+        return Precondition(name, False, f"found no launch site of {KERNEL0}")
     bounds = re.search(
         rf"__launch_bounds__\s*\(\s*([^,)]+)[^)]*\)\s*(?:/+\s*)?\s*void\s+{KERNEL0}", k.text
     )
     bound = fold(bounds.group(1), k.constants) if bounds else BLOCK_THREADS
-    ok = grid == 1 and block == BLOCK_THREADS and bound == BLOCK_THREADS
-    detail = f"launched as grid={_show(grid, launches[0][0])}, block={_show(block, launches[0][1])}"
+    shown = [_launch_detail(k, grid, block) for grid, block in launches]
+    bad = [
+        i
+        for i, (grid, block) in enumerate(launches)
+        if (fold(grid, k.constants), fold(block, k.constants)) != (1, BLOCK_THREADS)
+    ]
+    if len(launches) == 1:
+        detail = f"launched as {shown[0]}"
+    elif bad:
+        detail = f"launch {bad[0] + 1} of {len(launches)} is {shown[bad[0]]}"
+    else:
+        detail = f"all {len(launches)} launch sites as {shown[0]}"
     if bounds:
         detail += f", __launch_bounds__({_show(bound, bounds.group(1))})"
-    return Precondition(name, ok, detail)
+    return Precondition(name, not bad and bound == BLOCK_THREADS, detail)
+
+
+def _launch_detail(k: Kernel0, grid: str, block: str) -> str:
+    g, b = fold(grid, k.constants), fold(block, k.constants)
+    return f"grid={_show(g, grid)}, block={_show(b, block)}"
 
 
 def _show(value: int | None, expr: str) -> str:

@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen(args_in)
     args = build_parser(chosen).parse_args(args_in)
-    with error_handler(PROG) as result:
+    as_json = {"command": args.command, "tree": getattr(args, "tree", None)}
+    with error_handler(PROG, as_json if getattr(args, "json", False) else None) as result:
         result[0] = int(_load(COMMANDS[args.command]).run(args))
     return result[0]

@@ -56,6 +56,8 @@ class Status:
     exit_code: int = 0
     loader_module: str | None = None
     tree_arg: str = ""
+    state: str = "not-applicable"  # the verdict's state (verdict.py)
+    headline: str = ""
 
 
 @dataclass
@@ -127,7 +129,8 @@ def _sglang_package() -> Path:
 
 
 def inspect_tree(package_dir: Path) -> Status:
-    """Variant, sha256, release, provenance and stale builds of the tree at ``package_dir``."""
+    """The tree's verdict (the one ``verify`` gives), rendered into this process's status."""
+    from sglang_dsv4_fix import state, verdict
     from sglang_dsv4_fix.tree import find_tree
 
     tree = find_tree(package_dir)
@@ -137,70 +140,32 @@ def inspect_tree(package_dir: Path) -> Status:
         return status
     status.kernel = str(tree.kernel_path)
     status.loader_module = tree.loader_module
-    data = tree.kernel_path.read_bytes()
-    _classify(status, data)
-    _provenance(status, tree.kernel_path)
-    _judge(status, tree)
+    current = state.inspect(tree)
+    v = verdict.assess(tree, verdict.Options(tree=tree_arg), current)
+    status.variant, status.sha256, status.state = v.variant, v.sha256, v.state
+    status.headline = v.headline
+    status.preconditions = _preconditions(current)
+    status.patched_by = _patched_by(current)
+    if not v.ok:
+        status.problem, status.fix, status.exit_code = v.headline, v.fix, int(v.exit)
     return status
 
 
-def _classify(status: Status, data: bytes) -> None:
-    from sglang_dsv4_fix.fsops import sha256_bytes
-    from sglang_dsv4_fix.kernel import classify
-
-    status.sha256 = sha256_bytes(data)
-    verdict = classify(data.decode("utf-8", errors="replace"))
-    status.variant = verdict.variant
-    failed = [p.name for p in verdict.preconditions if not p.ok]
-    if verdict.preconditions:
-        status.preconditions = "ok" if not failed else ",".join(failed)
+def _preconditions(current: Any) -> str:
+    """ "ok" or the failed ones' names; known safe bytes are not parsed again."""
+    if current.safe and current.variant != "unknown" and (current.produced or current.bases):
+        return "ok"
+    failed = [p.name for p in current.classification.preconditions if not p.ok]
+    if not current.classification.preconditions:
+        return "-"
+    return "ok" if not failed else ",".join(failed)
 
 
-def _provenance(status: Status, kernel: Path) -> None:
-    from sglang_dsv4_fix import provenance
-
-    record = provenance.read(kernel)
-    if record is None:
-        return
-    status.patched_by = f"sglang-dsv4-fix/{record.tool_version}"
-    if record.result_sha256 != status.sha256:
-        status.patched_by += "(edited-since)"
-
-
-def _judge(status: Status, tree: Any) -> None:
-    from sglang_dsv4_fix.errors import Exit
-
-    where = status.tree_arg
-    if status.variant == "racy-init":
-        _problem(status, "c_plan.cuh has the racy init (sgl-project/sglang#32467)",
-                 f"sglang-dsv4-fix apply --tree {where}", Exit.VULNERABLE)  # fmt: skip
-    elif status.variant == "unknown":
-        _problem(status, "c_plan.cuh is not a kernel0 this tool recognises",
-                 f"sglang-dsv4-fix verify --tree {where}", Exit.UNKNOWN)  # fmt: skip
-    elif status.preconditions != "ok":
-        _problem(status, f"no-init launch-geometry preconditions fail: {status.preconditions}",
-                 f"sglang-dsv4-fix verify --tree {where}", Exit.UNKNOWN)  # fmt: skip
-    else:
-        stale = _stale(tree)
-        if stale:
-            _problem(status, stale, f"sglang-dsv4-fix clear-cache --tree {where}",
-                     Exit.STALE_BUILD)  # fmt: skip
-
-
-def _problem(status: Status, problem: str, fix: str, code: int) -> None:
-    status.problem, status.fix, status.exit_code = problem, fix, int(code)
-
-
-def _stale(tree: Any) -> str | None:
-    try:
-        from sglang_dsv4_fix import jitcache
-    except ImportError:  # the JIT-cache model is optional
-        return None
-    racy = jitcache.racy_builds(tree)
-    if not racy:
-        return None
-    names = ", ".join(b.name for b in racy)
-    return f"racy planner build(s) still in the JIT cache {jitcache.cache_root()}: {names}"
+def _patched_by(current: Any) -> str:
+    r = current.record
+    if r is None:
+        return "damaged-record" if current.record_damage else "none"
+    return f"sglang-dsv4-fix/{r.tool_version}" + ("" if current.ours else "(edited-since)")
 
 
 # --------------------------------------------------------------------------- what is said
@@ -218,7 +183,7 @@ def start_line(p: _Process) -> str:
         f"{where} preconditions={s.preconditions} mode={p.mode}"
     )
     if s.problem:
-        line += f" -- WARNING: {s.problem}; serving continues; fix: {s.fix}"
+        line += f" -- {s.problem}; serving continues"
     return line
 
 
@@ -234,10 +199,7 @@ def _where(p: _Process) -> str:
 
 
 def refuse_line(s: Status) -> str:
-    return (
-        f"{TAG} refusing to start: {s.problem} ({s.kernel}); fix: {s.fix} "
-        f"(or set {MODE_ENV}=warn to serve anyway)"
-    )
+    return f"{TAG} refusing to start: {s.problem} ({s.kernel}) (or set {MODE_ENV}=warn to serve anyway)"
 
 
 def _refuse(p: _Process) -> None:
@@ -272,6 +234,9 @@ def start_record(p: _Process) -> dict[str, Any]:
         "sha256": s.sha256,
         "preconditions": s.preconditions,
         "patched_by": s.patched_by,
+        "state": s.state,
+        "headline": s.headline,
+        "exit": s.exit_code,
         "problem": s.problem,
         "fix": s.fix,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

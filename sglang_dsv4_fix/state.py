@@ -1,75 +1,95 @@
-"""What a tree's kernel is right now: bytes, verdict, manifest match, provenance. Read-only, light."""
+"""What a tree's kernel is right now: bytes, variant, manifest match, provenance. Read-only, light.
+
+Known bytes (a release's original or fix) are looked up by sha256 in the manifest; the kernel is
+parsed only when a caller asks for its classification (unknown bytes, ``status``'s precondition list).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from sglang_dsv4_fix import manifest, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
-from sglang_dsv4_fix.kernel import Verdict, classify
+from sglang_dsv4_fix.kernel import FIXED, Classification, classify
 from sglang_dsv4_fix.manifest import Release
 from sglang_dsv4_fix.tree import Tree
 
 
-@dataclass(frozen=True)
 class KernelState:
-    tree: Tree
-    data: bytes
-    sha256: str
-    verdict: Verdict
-    bases: list[Release]  # releases whose original kernel has these bytes
-    produced: list[tuple[Release, str]]  # (base release, variant) whose patched result it is
-    expected: Release | None  # the manifest entry of the tree's own release
-    record: provenance.Provenance | None
+    """One read of a tree's kernel and of everything recorded about it."""
+
+    def __init__(self, tree: Tree, data: bytes, m: manifest.Manifest) -> None:
+        assert tree.kernel_path is not None
+        self.tree = tree
+        self.kernel = tree.kernel_path
+        self.data = data
+        self.sha256 = sha256_bytes(data)
+        self.bases: list[Release] = m.bases(
+            self.sha256, tree.layout
+        )  # releases shipping these bytes
+        self.produced: list[tuple[Release, str]] = m.produced(self.sha256, tree.layout)
+        self.expected: Release | None = m.release(tree.release)  # the tree's own release
+        self.record: provenance.Provenance | None = None
+        self.record_damage: str | None = None  # why the record beside the kernel is not trusted
+        try:
+            self.record = provenance.read(self.kernel)
+        except FatalError as e:
+            self.record_damage = str(e)
+
+    @cached_property
+    def classification(self) -> Classification:
+        """The parsed kernel0 (costly: only for unknown bytes or a full report)."""
+        return _classify(self.data)
+
+    @property
+    def variant(self) -> str:
+        """The variant, from the manifest for known bytes, else from the parser."""
+        if self.produced:
+            return self.produced[0][1]
+        if self.bases:
+            return self.bases[0].variant
+        return self.classification.variant
+
+    @property
+    def safe(self) -> bool:
+        """A fix whose launch-geometry preconditions hold (known fixes were checked at backport)."""
+        if self.produced or (self.bases and self.bases[0].variant in FIXED):
+            return True
+        return self.classification.safe
 
     @property
     def text(self) -> str:
         return self.data.decode("utf-8")
 
     @property
-    def known(self) -> bool:
-        return bool(self.bases or self.produced)
-
-    @property
     def ours(self) -> bool:
-        """The bytes are what this tool wrote, as its record says."""
+        """The bytes are what this tool wrote, as its (trusted) record says."""
         return self.record is not None and self.record.result_sha256 == self.sha256
 
     @property
-    def drift(self) -> str | None:
-        """Why the bytes do not belong to the tree's own release, if its release is known."""
-        rel = self.expected
-        if rel is None or not rel.applicable:
-            return None
-        allowed = {rel.sha256, *(r.sha256 for r in rel.results.values())}
-        if self.sha256 in allowed:
-            return None
-        return f"sha256 {self.sha256[:16]}… is neither release {rel.version}'s kernel nor its fix"
-
-    @property
     def backup(self) -> str | None:
-        assert self.tree.kernel_path is not None
-        path = provenance.backup_path(self.tree.kernel_path)
+        path = provenance.backup_path(self.kernel)
         return str(path) if path.exists() else None
 
     def to_dict(self) -> dict[str, Any]:
-        v = self.verdict
+        c = self.classification
         return {
-            "kernel": str(self.tree.kernel_path),
+            "kernel": str(self.kernel),
             "sha256": self.sha256,
-            "variant": v.variant,
-            "reason": v.reason,
-            "safe": v.safe,
+            "variant": self.variant,
+            "reason": c.reason,
+            "safe": self.safe,
             "preconditions": [
-                {"name": p.name, "ok": p.ok, "detail": p.detail} for p in v.preconditions
+                {"name": p.name, "ok": p.ok, "detail": p.detail} for p in c.preconditions
             ],
             "known_base": [r.version for r in self.bases],
             "produced_from": [f"{r.version}:{variant}" for r, variant in self.produced],
-            "drift": self.drift,
             "provenance": None if self.record is None else self.record.__dict__,
+            "provenance_damaged": self.record_damage,
             "backup": self.backup,
+            "backup_holds_original": backup_matches(self),
         }
 
 
@@ -82,27 +102,16 @@ def inspect(tree: Tree) -> KernelState:
         raise FatalError(
             f"{tree.kernel_path}: cannot read the kernel ({e.strerror})", Exit.NOT_FOUND
         ) from e
-    sha = sha256_bytes(data)
-    m = manifest.load()
-    return KernelState(
-        tree=tree,
-        data=data,
-        sha256=sha,
-        verdict=_classify(data),
-        bases=m.bases(sha, tree.layout),
-        produced=m.produced(sha, tree.layout),
-        expected=m.release(tree.release),
-        record=provenance.read(tree.kernel_path),
-    )
+    return KernelState(tree, data, manifest.load())
 
 
-def _classify(data: bytes) -> Verdict:
+def _classify(data: bytes) -> Classification:
     if b"\0" in data:
-        return Verdict("unknown", "the kernel file is binary, not CUDA source")
+        return Classification("unknown", "the kernel file is binary, not CUDA source")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return Verdict(
+        return Classification(
             "unknown", f"the kernel file is not UTF-8 text ({e.reason} at byte {e.start})"
         )
     return classify(text)
@@ -110,7 +119,7 @@ def _classify(data: bytes) -> Verdict:
 
 def backup_matches(state: KernelState) -> bool:
     """The backup beside the kernel holds the base the record names."""
-    if state.record is None or state.tree.kernel_path is None:
+    if state.record is None:
         return False
-    path = provenance.backup_path(state.tree.kernel_path)
+    path = provenance.backup_path(state.kernel)
     return path.is_file() and sha256_file(path) == state.record.base_sha256

@@ -16,6 +16,7 @@ from pathlib import Path
 from sglang_dsv4_fix import __version__, manifest, patching, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import atomic_write, remove, sha256_bytes, sha256_file
+from sglang_dsv4_fix.kernel import FIXED
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite
 from sglang_dsv4_fix.state import KernelState
@@ -55,18 +56,19 @@ def check_writable(kernel: Path, tree: Tree) -> None:
 
 
 def plan_apply(state: KernelState, target: Target) -> Plan:
-    v = state.verdict
-    if v.variant == target and v.safe:
+    variant, fixed = state.variant, state.variant in FIXED
+    if variant == target and state.safe:
         return Plan("none", f"already fixed ({target}); nothing to do")
-    if v.fixed and v.safe and not state.ours:
-        return Plan("none", f"already fixed ({v.variant}, not written by this tool); nothing to do")
-    if v.fixed and state.ours:
+    if fixed and state.safe and not state.ours:
+        return Plan("none", f"already fixed ({variant}, not written by this tool); nothing to do")
+    if fixed and state.ours:
         return _switch(state, target)
-    if v.variant == "unknown":
-        raise FatalError(f"kernel0 not recognised: {v.reason}; nothing written", Exit.UNKNOWN)
-    if v.fixed:
-        failed = "; ".join(p.name for p in v.preconditions if not p.ok)
-        raise FatalError(f"{v.variant} kernel violates preconditions: {failed}", Exit.UNKNOWN)
+    c = state.classification
+    if variant == "unknown":
+        raise FatalError(f"kernel0 not recognised: {c.reason}; nothing written", Exit.UNKNOWN)
+    if fixed:
+        failed = "; ".join(p.name for p in c.preconditions if not p.ok)
+        raise FatalError(f"{variant} kernel violates preconditions: {failed}", Exit.UNKNOWN)
     return _patch(state, state.text, state.sha256, target)
 
 

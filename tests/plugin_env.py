@@ -136,7 +136,12 @@ def copy_site(site: Path, dest: Path) -> Path:
 def run_python(
     code: str, *path: Path, env: Mapping[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    """``code`` in a fresh base interpreter with ``path`` first on sys.path."""
+    """``code`` in a fresh base interpreter with ``path`` first on sys.path.
+
+    It runs from the first ``path`` folder: ``python -c`` puts the working directory on
+    sys.path, and from the repository root that would import this checkout's source instead of
+    the installed package under test (which has its patches/ data where the wheel puts it).
+    """
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
     full.update(env or {})
     full["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
@@ -146,4 +151,5 @@ def run_python(
         text=True,
         env=full,
         timeout=timeout,
+        cwd=path[0] if path else None,
     )

@@ -189,6 +189,10 @@ def drifted_fix_verify(c: Ctx) -> list[str]:
     return ["verify", "--tree", str(root)]
 
 
+def drifted_fix_strict(c: Ctx) -> list[str]:
+    return [*drifted_fix_verify(c), "--strict"]
+
+
 def two_kernels(c: Ctx) -> list[str]:
     root = c.installed()
     second = root / KERNEL_POST
@@ -344,7 +348,7 @@ CASES = [
         release_0511_verify,
         Exit.NOT_APPLICABLE,
         "",
-        r"{tmp}/sp/sglang: not applicable: no DeepSeek-V4 planner in this tree",
+        r"{tmp}/sp/sglang: NOT APPLICABLE: no DeepSeek-V4 planner in this tree \(release 0.5.11\); not affected",
     ),
     Case(
         release_0511_revert, Exit.NOT_APPLICABLE, ERR + r".*no DeepSeek-V4 planner .*nothing to fix"
@@ -376,13 +380,13 @@ CASES = [
         crlf_kernel_verify,
         Exit.VULNERABLE,
         "",
-        r".*/c_plan.cuh: VULNERABLE: racy-init kernel0 \(run: sglang-dsv4-fix apply\)",
+        r".*/c_plan.cuh: RACY: racy-init kernel0 \(sgl-project/sglang#32467\) \(run: sglang-dsv4-fix apply --tree {tmp}/sp\)\n  note: not release 0.5.16's kernel nor its fix \(a fork or a local edit\)",
     ),
     Case(
         crlf_kernel_check,
         Exit.OK,
         "",
-        r".*/c_plan.cuh: would write: base is unknown \(sha256 [0-9a-f]{16}…\): rewrote kernel0 structurally; no-init -> sha256 [0-9a-f]{16}…",
+        r"(?s).*/c_plan.cuh: now: RACY: racy-init kernel0 .*\n.*/c_plan.cuh: would write: base is unknown \(sha256 [0-9a-f]{16}…\): rewrote kernel0 structurally; no-init -> sha256 [0-9a-f]{16}…",
     ),
     Case(
         kernel0_renamed,
@@ -405,13 +409,19 @@ CASES = [
         fixed_but_unsafe_verify,
         Exit.UNKNOWN,
         "",
-        r".*/c_plan.cuh: UNSAFE: no-init but preconditions violated: barrier between per-warp writes and warp 0's read \(no unconditional barrier before the read\)",
+        r".*/c_plan.cuh: UNSAFE: no-init but preconditions violated: barrier between per-warp writes and warp 0's read \(no unconditional barrier before the read\)\n  note: not release 0.5.18's kernel nor its fix \(a fork or a local edit\)",
     ),
     Case(
         drifted_fix_verify,
+        Exit.OK,
+        "",
+        r".*/c_plan.cuh: FIXED, UNPINNED: safe no-init kernel0; sha256 [0-9a-f]{16}… is neither a release's fix nor what sglang-dsv4-fix wrote\n  note: not release 0.5.18's kernel nor its fix \(a fork or a local edit\)",
+    ),
+    Case(
+        drifted_fix_strict,
         Exit.UNKNOWN,
         "",
-        r".*/c_plan.cuh: DRIFTED: sha256 [0-9a-f]{16}… is neither release 0.5.18's kernel nor its fix",
+        r".*/c_plan.cuh: FIXED, UNPINNED: safe no-init kernel0; sha256 [0-9a-f]{16}… is neither a release's fix nor what sglang-dsv4-fix wrote\n  note: not release 0.5.18's kernel nor its fix \(a fork or a local edit\)",
     ),
     Case(
         two_kernels, Exit.UNKNOWN, ERR + r"two planner kernels in one tree: .*; refusing to guess"
@@ -471,7 +481,7 @@ CASES = [
         ERR + r"refusing to clear {tmp}/photos: not a TVM-FFI cache .*",
     ),
     Case(cache_dir_a_file, Exit.REFUSED, ERR + r"refusing to clear {tmp}/cache-file: not a folder"),
-    Case(require_variant_on_racy, Exit.VULNERABLE, "", r".*: VULNERABLE: racy-init kernel0 .*"),
+    Case(require_variant_on_racy, Exit.VULNERABLE, "", r".*: RACY: racy-init kernel0 .*"),
     Case(unknown_flag, Exit.USAGE, r"(?s)usage: .*error: unrecognized arguments: --frobnicate"),
     Case(
         unknown_command,
@@ -556,3 +566,30 @@ def test_shipped_patches_are_single_file_and_relative() -> None:
             text = manifest.patch_text(result.patch)
             patching.parse_single(text, f"python/{rel.path}")  # raises if hostile
             assert variant in result.patch
+
+
+def _exit_of(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse
+        return int(e.code or 0)
+
+
+def test_check_exits_as_apply_would(
+    tree_factory: TreeFactory, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """For every bad input given to apply, ``apply --check`` exits with apply's own code."""
+    seen: dict[str, tuple[int, int, int]] = {}
+    for case in CASES:
+        where = tmp_path / case.setup.__name__
+        where.mkdir()
+        argv = case.setup(Ctx(where, tree_factory))
+        if argv[:1] != ["apply"] or "--check" in argv or "--frobnicate" in argv:
+            continue
+        before = snapshot(where)
+        checked = _exit_of([*argv, "--check"])
+        assert snapshot(where) == before, f"{case.setup.__name__}: --check changed the disk"
+        seen[case.setup.__name__] = (checked, _exit_of(argv), int(case.code))
+    capfd.readouterr()
+    assert len(seen) >= 10, sorted(seen)
+    assert {n: c for n, c in seen.items() if len(set(c)) != 1} == {}

@@ -217,7 +217,10 @@ def test_verify_fails_on_a_racy_build_of_a_fixed_tree(
     capsys.readouterr()
     assert main(["verify", "--tree", str(tree.root)]) == 5
     out = capsys.readouterr().out
-    assert "STALE BUILD: the kernel is fixed but 1 racy (or untellable) planner build(s)" in out
+    assert (
+        "STALE BUILD: the kernel is verified (no-init) but 1 racy (or untellable) planner build(s)"
+        in out
+    )
     assert builds["original"].name in out
     assert main(["verify", "--tree", str(tree.root), "--ignore-cache"]) == 0
     assert main(["status", "--tree", str(tree.root)]) == 0

@@ -69,9 +69,9 @@ def test_git_refuses_foreign_changes_unless_forced(
     assert snapshot(root) == before
     assert main(["apply", "--tree", str(root), "--force"]) == 0
     assert "base is unknown" in capsys.readouterr().out
-    assert (
-        main(["verify", "--tree", str(root)]) == 3
-    )  # a 0.5.16 tree whose fix is not the manifest's
+    # a 0.5.16 tree whose fix is not the manifest's: pinned by the sha256 our record wrote
+    assert main(["verify", "--tree", str(root), "--strict"]) == 0
+    assert "VERIFIED: no-init, the sha256 sglang-dsv4-fix recorded" in capsys.readouterr().out
 
 
 def test_commit_records_the_fix(tree_factory: TreeFactory, tmp_path: Path) -> None:

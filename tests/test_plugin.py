@@ -72,8 +72,8 @@ def test_unpatched_release_warns_and_serves(
     assert f"release={version} layout={layout} patched-by=none process=main rank=tp3 " in line
     assert "pid=" in line and "preconditions=ok mode=warn" in line
     assert line.endswith(
-        "-- WARNING: c_plan.cuh has the racy init (sgl-project/sglang#32467); serving continues; "
-        f"fix: sglang-dsv4-fix apply --tree {site}"
+        "-- RACY: racy-init kernel0 (sgl-project/sglang#32467) "
+        f"(run: sglang-dsv4-fix apply --tree {site}); serving continues"
     )
     (record,) = [json.loads(r) for r in report.read_text().splitlines()]
     assert record["event"] == "start" and record["action"] == "warned"
@@ -113,8 +113,8 @@ def test_enforce_stops_an_unpatched_tree_with_one_line(self_site: Path, tmp_path
     assert "SERVING" not in done.stdout
     kernel = site / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
     assert done.stderr.splitlines()[-1] == (
-        "sglang-dsv4-fix: refusing to start: c_plan.cuh has the racy init "
-        f"(sgl-project/sglang#32467) ({kernel}); fix: sglang-dsv4-fix apply --tree {site} "
+        "sglang-dsv4-fix: refusing to start: RACY: racy-init kernel0 (sgl-project/sglang#32467) "
+        f"(run: sglang-dsv4-fix apply --tree {site}) ({kernel}) "
         "(or set SGLANG_DSV4_FIX_MODE=warn to serve anyway)"
     )
     (record,) = [json.loads(r) for r in report.read_text().splitlines()]
@@ -152,21 +152,31 @@ def test_mode_off_is_silent(self_site: Path) -> None:
     assert "sglang-dsv4-fix" not in done.stderr
 
 
-def test_a_plugin_failure_does_not_propagate(self_site: Path, tmp_path: Path) -> None:
+def test_a_damaged_record_is_reported_not_trusted(self_site: Path, tmp_path: Path) -> None:
+    """The record is damaged, the kernel's bytes are still the manifest's fix: serve, and say so."""
     site = patched("0.5.16", tmp_path)
     record = site / "sglang/jit_kernel/csrc/deepseek_v4/.c_plan.cuh.sglang-dsv4-fix.json"
     record.write_text("{not json")
-    report = tmp_path / "a-folder"
-    report.mkdir()
-    done, lines = serve(site, self_site, SGLANG_DSV4_FIX_REPORT=str(report))
+    done, lines = serve(site, self_site, SGLANG_DSV4_FIX_MODE="enforce")
+    assert done.returncode == 0, done.stderr
+    assert "SERVING" in done.stdout
+    (line,) = lines
+    assert "variant=no-init" in line and "patched-by=damaged-record " in line
+
+
+def test_a_plugin_failure_does_not_propagate(self_site: Path, tmp_path: Path) -> None:
+    site = patched("0.5.16", tmp_path)
+    kernel = site / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
+    kernel.unlink()
+    kernel.mkdir()
+    done, lines = serve(site, self_site)
     assert done.returncode == 0, done.stderr
     assert "SERVING" in done.stdout
     assert lines == []
     assert (
-        f"sglang-dsv4-fix: could not inspect the SGLang tree ({record}: unreadable provenance "
-        "record (" in done.stderr
+        f"sglang-dsv4-fix: could not inspect the SGLang tree ({kernel}: cannot read the kernel "
+        "(Is a directory)); serving continues" in done.stderr
     )
-    assert "; serving continues" in done.stderr
 
 
 def test_a_report_failure_does_not_propagate(self_site: Path, tmp_path: Path) -> None:
@@ -183,8 +193,9 @@ def test_a_report_failure_does_not_propagate(self_site: Path, tmp_path: Path) ->
 
 def test_enforce_refuses_when_it_cannot_inspect(self_site: Path, tmp_path: Path) -> None:
     site = patched("0.5.16", tmp_path)
-    record = site / "sglang/jit_kernel/csrc/deepseek_v4/.c_plan.cuh.sglang-dsv4-fix.json"
-    record.write_text("{not json")
+    kernel = site / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
+    kernel.unlink()
+    kernel.mkdir()
     done, _ = serve(site, self_site, SGLANG_DSV4_FIX_MODE="enforce")
     assert done.returncode == 3
     assert done.stderr.splitlines()[-1].startswith(

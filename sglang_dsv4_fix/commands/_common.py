@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sglang_dsv4_fix.tree import Tree, find_tree
+from sglang_dsv4_fix.verdict import Options, Verdict
 
 
 def command(sub: Any, name: str, doc: str, details: str | None = None) -> argparse.ArgumentParser:
@@ -56,3 +57,20 @@ def emit(args: argparse.Namespace, payload: dict[str, Any], lines: Iterable[str]
     else:
         for line in lines:
             print(line)
+
+
+def options(args: argparse.Namespace) -> Options:
+    """The verdict's options from a command's flags (the ones it does not have keep defaults)."""
+    return Options(
+        tree=args.tree,
+        cache_dir=getattr(args, "cache_dir", None),
+        strict=getattr(args, "strict", False),
+        require_variant=getattr(args, "require_variant", None),
+        allow_not_applicable=getattr(args, "allow_not_applicable", False),
+        check_cache=not getattr(args, "ignore_cache", False),
+    )
+
+
+def verdict_lines(where: object, v: Verdict) -> list[str]:
+    """A verdict as text: the headline, then one indented line per note."""
+    return [f"{where}: {v.headline}", *(f"  note: {n}" for n in v.notes)]

@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sglang_dsv4_fix import gitops, jitcache, state, transaction
-from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
+from sglang_dsv4_fix import gitops, jitcache, state, transaction, verdict
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
+from sglang_dsv4_fix.state import KernelState
 from sglang_dsv4_fix.tree import Tree
 
 HELP = """\
 Known releases (0.5.12-0.5.17) get the shipped patch and must reach the manifest's exact sha256;
-an unknown base (a fork) is rewritten structurally and must classify as a safe fix. Already fixed
--> nothing written, exit 0. The original is kept beside the kernel for `revert`, with a
-provenance record that `status` and the runtime plugin read."""
+an unknown base (a fork) is rewritten structurally and must classify as a safe fix; its result's
+sha256 is recorded, so `verify` pins it. Already fixed -> nothing written, exit 0. The original is
+kept beside the kernel for `revert`, with a provenance record that `status` and the plugin read.
+--check runs every check apply runs (dirty git file, read-only, symlink, --commit's git identity)
+and exits with the code apply would, writing nothing."""
 
 
 def add_parser(sub: Any) -> None:
@@ -29,7 +32,11 @@ def add_parser(sub: Any) -> None:
         help="no-init: the upstream fix (default); barrier: the A/B control",
     )
     p.add_argument(
-        "--check", action="store_true", help="dry run: say what would happen, write nothing"
+        "--check",
+        "--dry-run",
+        dest="check",
+        action="store_true",
+        help="dry run: run every check, say what would happen, write nothing",
     )
     p.add_argument(
         "--force",
@@ -47,28 +54,48 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     tree = tree_of(args)
     kernel = transaction.kernel_of(tree)
-    plan = transaction.plan_apply(state.inspect(tree), args.variant)
-    if args.check or (plan.action == "none" and not transaction.torn(kernel)):
-        return _report(args, tree, plan, written=False)
-    transaction.check_writable(kernel, tree)
+    if args.commit and tree.kind != "git":
+        raise FatalError(f"--commit needs a git checkout; {tree.root} is not one", Exit.REFUSED)
+    current = state.inspect(tree)
+    before = verdict.assess(tree, options(args), current)
+    plan = transaction.plan_apply(current, args.variant)
+    torn = transaction.torn(kernel)
+    if plan.action == "write" or torn:
+        _refusals(args, tree, current, plan)
+    if args.check or (plan.action == "none" and not torn):
+        return _report(args, tree, plan, before, written=False)
     with file_lock(kernel.parent):
         transaction.recover(kernel)
-        plan = transaction.plan_apply(state.inspect(tree), args.variant)  # again, under the lock
+        current = state.inspect(tree)
+        plan = transaction.plan_apply(current, args.variant)  # again, under the lock
         if plan.action == "write":
             # Under the lock: outside it, another apply's write looks like a foreign change.
-            _refuse_foreign_changes(args, tree)
+            _refuse_foreign_changes(args, tree, current)
             transaction.commit_plan(kernel, plan)
-            _after_write(tree, plan, args)
-    if plan.action == "write" and args.commit:
-        _commit(tree, plan)
-    return _report(args, tree, plan, written=plan.action == "write")
+    removed = _after_write(tree, plan, args) if plan.action == "write" else []
+    sha = _commit(tree, plan) if plan.action == "write" and args.commit else None
+    return _report(
+        args, tree, plan, before, written=plan.action == "write", removed=removed, sha=sha
+    )
 
 
-def _refuse_foreign_changes(args: argparse.Namespace, tree: Tree) -> None:
+def _refusals(args: argparse.Namespace, tree: Tree, current: KernelState, plan: Any) -> None:
+    """Everything that makes apply refuse (6) before it writes; --check runs it too."""
+    assert tree.kernel_path is not None
+    transaction.check_writable(tree.kernel_path, tree)
+    if plan.action != "write":
+        return
+    if args.check:  # a real apply checks this under the lock, where another apply's write is seen
+        _refuse_foreign_changes(args, tree, current)
+    if args.commit:
+        assert tree.git_root is not None
+        gitops.check_identity(tree.git_root)
+
+
+def _refuse_foreign_changes(args: argparse.Namespace, tree: Tree, current: KernelState) -> None:
     if tree.kind != "git" or args.force:
         return
     assert tree.git_root is not None and tree.kernel_relpath is not None
-    current = state.inspect(tree)
     if gitops.uncommitted(tree.git_root, tree.kernel_relpath) and not current.ours:
         raise FatalError(
             f"{tree.kernel_relpath} has uncommitted changes not made by sglang-dsv4-fix; "
@@ -77,29 +104,41 @@ def _refuse_foreign_changes(args: argparse.Namespace, tree: Tree) -> None:
         )
 
 
-def _after_write(tree: Tree, plan: transaction.Plan, args: argparse.Namespace) -> None:
+def _after_write(tree: Tree, plan: transaction.Plan, args: argparse.Namespace) -> list[Any]:
     """Drop the now-stale JIT build of this kernel (the racy one, after a fix)."""
     assert plan.record is not None
-    jitcache.after_kernel_change(tree, plan.record.base_sha256, plan.record.result_sha256, args)
-
-
-def _commit(tree: Tree, plan: transaction.Plan) -> None:
-    if tree.kind != "git" or tree.git_root is None or tree.kernel_relpath is None:
-        raise FatalError(
-            "--commit needs a git checkout; the kernel was patched, not committed", Exit.REFUSED
-        )
-    r = plan.record
-    assert r is not None
-    message = gitops.apply_message(r.variant, r.base_release, r.base_sha256, r.result_sha256)
-    gitops.commit(tree.git_root, tree.kernel_relpath, message)
-
-
-def _report(args: argparse.Namespace, tree: Tree, plan: transaction.Plan, written: bool) -> int:
-    verb = (
-        "would write"
-        if args.check and plan.action == "write"
-        else ("wrote" if written else "no change")
+    return jitcache.after_kernel_change(
+        tree, plan.record.base_sha256, plan.record.result_sha256, args
     )
+
+
+def _commit(tree: Tree, plan: transaction.Plan) -> str:
+    """Commit just the kernel; if git refuses, put the kernel and the index back (exit 6)."""
+    assert tree.git_root is not None and tree.kernel_relpath is not None
+    assert tree.kernel_path is not None and plan.record is not None
+    r = plan.record
+    message = gitops.apply_message(r.variant, r.base_release, r.base_sha256, r.result_sha256)
+    try:
+        return gitops.commit(tree.git_root, tree.kernel_relpath, message)
+    except FatalError as e:
+        with file_lock(tree.kernel_path.parent):
+            transaction.revert(tree.kernel_path)
+        raise FatalError(f"{e}; the kernel and the index were restored", Exit.REFUSED) from e
+
+
+def _report(
+    args: argparse.Namespace,
+    tree: Tree,
+    plan: transaction.Plan,
+    before: verdict.Verdict,
+    written: bool,
+    removed: list[Any] | None = None,
+    sha: str | None = None,
+) -> int:
+    if args.check and plan.action == "write":
+        verb = "would write"
+    else:
+        verb = "wrote" if written else "no change"
     payload = {
         **tree_dict(tree),
         "action": plan.action,
@@ -108,6 +147,14 @@ def _report(args: argparse.Namespace, tree: Tree, plan: transaction.Plan, writte
         "variant": args.variant,
         "check": args.check,
         "result_sha256": plan.record.result_sha256 if plan.record else None,
+        "before": before.to_dict(),
+        "headline": before.headline,
+        "exit": int(Exit.OK),
+        "cache_removed": [str(r.path) for r in removed or []],
+        "commit": sha,
     }
-    emit(args, payload, [f"{tree.kernel_path}: {verb}: {plan.message}"])
+    lines = [f"{tree.kernel_path}: {verb}: {plan.message}"]
+    if args.check:
+        lines.insert(0, f"{tree.kernel_path}: now: {before.headline}")
+    emit(args, payload, lines)
     return int(Exit.OK)

@@ -10,11 +10,12 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix import __version__, jitcache
-from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_dir
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
@@ -38,7 +39,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     tree = tree_of(args)
-    data = _fixed_kernel(tree)
+    data = _fixed_kernel(tree, args)
     if jitcache.scheme_of(tree) == "sglang-ninja":
         raise FatalError(
             f"{tree.package_dir}: 0.5.18+ ships the fix and builds into SGLang's own cache; "
@@ -66,20 +67,20 @@ def run(args: argparse.Namespace) -> int:
     return int(Exit.OK)
 
 
-def _fixed_kernel(tree: Tree) -> bytes:
-    from sglang_dsv4_fix.kernel import classify
+def _fixed_kernel(tree: Tree, args: argparse.Namespace) -> bytes:
+    """The kernel's bytes, if the verdict (as ``verify`` gives it, cache aside) is a safe fix."""
+    from sglang_dsv4_fix import state, verdict
 
     if tree.kernel_path is None:
         raise FatalError(f"{tree.package_dir}: no DeepSeek-V4 planner", Exit.NOT_APPLICABLE)
-    data = tree.kernel_path.read_bytes()
-    verdict = classify(data.decode("utf-8", errors="replace"))
-    if not verdict.safe:
+    current = state.inspect(tree)
+    v = verdict.assess(tree, replace(options(args), check_cache=False), current)
+    if not current.safe:
         raise FatalError(
-            f"{tree.kernel_path}: {verdict.variant} kernel ({verdict.reason}); refusing to "
-            "prewarm anything but a safe fix (run: sglang-dsv4-fix apply)",
+            f"{tree.kernel_path}: {v.headline}; refusing to prewarm anything but a safe fix",
             Exit.REFUSED,
         )
-    return data
+    return current.data
 
 
 def _capability(arch: str | None) -> tuple[int, int]:

@@ -1,19 +1,23 @@
-"""status: one screen: tree, release, kernel, variant, preconditions, provenance."""
+"""status: one screen: tree, release, kernel, variant, preconditions, provenance, verdict."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from sglang_dsv4_fix import state
-from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
-from sglang_dsv4_fix.commands.verify import judge
+from sglang_dsv4_fix import state, verdict
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
 from sglang_dsv4_fix.errors import Exit
+
+HELP = """\
+Informational: exits 0 whatever the verdict (use `verify` as a gate); the verdict line and the
+JSON's "state", "exit" and "headline" are exactly what `verify` would say."""
 
 
 def add_parser(sub: Any) -> None:
-    p = command(sub, "status", __doc__)
+    p = command(sub, "status", __doc__, HELP)
     add_tree(p)
+    p.add_argument("--cache-dir", metavar="DIR", help="TVM-FFI cache (default: as SGLang finds it)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,47 +28,58 @@ def run(args: argparse.Namespace) -> int:
         f"layout:        {tree.layout or '-'}",
     ]
     if tree.kernel_path is None:
+        v = verdict.assess(tree, options(args))
         emit(
             args,
-            {**tree_dict(tree), "verdict": "not-applicable"},
-            [*head, "kernel:        none (no DeepSeek-V4 planner: not applicable)"],
+            {**tree_dict(tree), **v.to_dict()},
+            [*head, "kernel:        none (no DeepSeek-V4 planner)", f"verdict:       {v.headline}"],
         )
         return int(Exit.OK)
     current = state.inspect(tree)
-    code, summary = judge(current, None)
+    v = verdict.assess(tree, options(args), current)
     from sglang_dsv4_fix.jitcache import status_line
 
-    cache = status_line(tree)
+    cache = status_line(tree, args.cache_dir)
     emit(
         args,
-        {**tree_dict(tree), **current.to_dict(), "summary": summary, "jit_cache": cache},
-        [*head, *_lines(current), f"jit cache:     {cache}", f"verdict:       {summary}"],
+        {**tree_dict(tree), **current.to_dict(), **v.to_dict(), "jit_cache": cache},
+        [
+            *head,
+            *_lines(current),
+            f"jit cache:     {cache}",
+            f"verdict:       {v.headline}",
+            *(f"note:          {n}" for n in v.notes),
+        ],
     )
-    del code  # status informs; verify is the gate
     return int(Exit.OK)
 
 
 def _lines(s: state.KernelState) -> list[str]:
-    v, d = s.verdict, s.to_dict()
+    c, d = s.classification, s.to_dict()
     base = ", ".join(d["known_base"]) or "-"
     produced = ", ".join(d["produced_from"]) or "-"
     out = [
-        f"kernel:        {s.tree.kernel_path}",
+        f"kernel:        {s.kernel}",
         f"sha256:        {s.sha256}",
-        f"variant:       {v.variant} ({v.reason})",
+        f"variant:       {s.variant} ({c.reason})",
         "preconditions:",
-        *(f"  [{'ok' if p.ok else 'VIOLATED'}] {p.name}: {p.detail}" for p in v.preconditions),
-        f"manifest:      original of {base}; fix of {produced}"
-        + (f"; {s.drift}" if s.drift else ""),
+        *(f"  [{'ok' if p.ok else 'VIOLATED'}] {p.name}: {p.detail}" for p in c.preconditions),
+        f"manifest:      original of {base}; fix of {produced}",
     ]
     r = s.record
     if r is None:
-        out.append("provenance:    none (not patched by sglang-dsv4-fix)")
+        how = f"damaged record, not trusted ({s.record_damage})" if s.record_damage else "none"
+        out.append(f"provenance:    {how}")
     else:
+        now = (
+            "in force"
+            if s.ours
+            else f"not in force: the kernel is no longer the {r.result_sha256[:16]}… it wrote"
+        )
         out.append(
             f"provenance:    {r.variant} by sglang-dsv4-fix {r.tool_version} at {r.time} "
-            f"({r.method}, base {r.base_release or 'unknown'} {r.base_sha256[:16]}…, {r.state})"
+            f"({r.method}, base {r.base_release or 'unknown'} {r.base_sha256[:16]}…, {r.state}; {now})"
         )
-    matches = " (holds the recorded original)" if state.backup_matches(s) else ""
+    matches = " (holds the recorded original)" if d["backup_holds_original"] else ""
     out.append(f"backup:        {d['backup'] or 'none'}{matches}")
     return out

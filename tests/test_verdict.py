@@ -1,0 +1,212 @@
+"""One verdict everywhere: verify, status --json, apply --check and the plugin agree, tree by tree.
+
+Each tree state is made from a real release's kernel (the fork-like ones by editing it here);
+``verify --strict`` differs exactly where nothing pins the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from test_jitcache import lay_build, real_dir
+from trees import AFFECTED, FIXED, TreeFactory
+
+from sglang_dsv4_fix.main import main
+from sglang_dsv4_fix.rewrite import rewrite
+from sglang_dsv4_fix.tree import find_tree
+
+LAUNCH = "LaunchKernel(1, kMaxPrefillBatchSize, device)(plan_compress_prefill_kernel0"
+EDIT = "\n// local fork edit: tuned for our cluster\n"
+
+
+def kernel_of(root: Path) -> Path:
+    path = find_tree(root).kernel_path
+    assert path is not None
+    return path
+
+
+def edit(root: Path, change: Callable[[str], str]) -> None:
+    """A fork's own change to the kernel; committed in a git checkout, as a fork would."""
+    k = kernel_of(root)
+    k.write_bytes(change(k.read_bytes().decode()).encode())
+    if (root / ".git").exists():
+        _commit_all(root)
+
+
+def local_edit(text: str) -> str:
+    anchor = "#include <sgl_kernel/utils.h>\n"
+    assert anchor in text
+    return text.replace(anchor, anchor + EDIT, 1)
+
+
+def second_launch(text: str, block: str = "kMaxPrefillBatchSize") -> str:
+    """A fork's second host entry point launching kernel0 too (as some forks do for CUDA graphs)."""
+    head, sep, tail = text.partition(LAUNCH)
+    assert sep, "launch site not found"
+    call_end = tail.index(";") + 1
+    second = LAUNCH.replace("kMaxPrefillBatchSize", block) + tail[:call_end]
+    return head + sep + tail[:call_end] + "\n  if (false) " + second + tail[call_end:]
+
+
+def apply(root: Path, *extra: str) -> None:
+    assert main(["apply", "--tree", str(root), *extra]) == 0
+
+
+@dataclass(frozen=True)
+class State:
+    name: str
+    make: Callable[[Path], None]
+    exit: int
+    headline: str  # regex on the headline
+    strict: int | None = None  # verify --strict's exit, if it differs
+
+
+def _racy_build(root: Path) -> None:
+    tree = find_tree(root)
+    cache = Path(os.environ["TVM_FFI_CACHE_DIR"])
+    lay_build(cache, *real_dir(tree, "original", cache))
+    apply(root, "--no-clear-cache")
+
+
+def _fork_with_fix(root: Path) -> None:
+    edit(root, lambda t: rewrite(local_edit(t), "no-init"))
+
+
+def _edited_after_apply(root: Path) -> None:
+    apply(root)
+    edit(root, lambda t: t + "// tuned after the fix\n")
+
+
+def _reinstalled(root: Path) -> None:
+    original = kernel_of(root).read_bytes()
+    apply(root)
+    kernel_of(root).write_bytes(original)  # what `pip install --force-reinstall` does
+
+
+STATES = [
+    State("original", lambda r: None, 1, r"RACY: racy-init kernel0 \(sgl-project/sglang#32467\).*"),
+    State("fixed", apply, 0, r"VERIFIED: no-init, the no-init fix of release .*"),
+    State("barrier", lambda r: apply(r, "--variant", "barrier"), 0, r"VERIFIED: barrier, .*"),
+    State("fork with the fix", _fork_with_fix, 0, r"FIXED, UNPINNED: safe no-init .*", 3),
+    State("racy fork", lambda r: edit(r, local_edit), 1, r"RACY: .*"),
+    State(
+        "racy fork, applied",
+        lambda r: (edit(r, local_edit), apply(r)),
+        0,
+        r"VERIFIED: no-init, the sha256 sglang-dsv4-fix recorded when it wrote this file .*",
+    ),
+    State("edited after apply", _edited_after_apply, 0, r"EDITED SINCE APPLY: still a safe .*", 3),
+    State("reinstalled", _reinstalled, 1, r"RACY: .*; replaced since apply \(reinstalled\?\).*"),
+    State("stale racy build", _racy_build, 5, r"STALE BUILD: the kernel is verified \(no-init\).*"),
+    State("second launch site", lambda r: edit(r, second_launch), 1, r"RACY: .*"),
+    State(
+        "second launch site, fixed",
+        lambda r: (edit(r, second_launch), apply(r)),
+        0,
+        r"VERIFIED: no-init, the sha256 sglang-dsv4-fix recorded .*",
+    ),
+    State(
+        "unsafe launch geometry",
+        lambda r: edit(r, lambda t: second_launch(rewrite(t, "no-init"), "512")),
+        3,
+        r"UNSAFE: no-init but preconditions violated: one block of 1024 threads "
+        r"\(launch 2 of 2 is grid=1, block=512, __launch_bounds__\(1024\)\)",
+    ),
+]
+
+
+def surfaces(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[int, str]]:
+    """(exit, headline) as verify, verify --json, status --json and apply --check give them."""
+    capsys.readouterr()
+    out: dict[str, tuple[int, str]] = {}
+    code = main(["verify", "--tree", str(root)])
+    text = capsys.readouterr().out
+    out["verify"] = (code, text.splitlines()[0].split(": ", 1)[1])
+    code = main(["verify", "--tree", str(root), "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    out["verify --json"] = (code, payload["headline"])
+    assert payload["exit"] == code
+    assert main(["status", "--tree", str(root), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    out["status --json"] = (payload["exit"], payload["headline"])
+    return out
+
+
+def check_headline(root: Path, capsys: pytest.CaptureFixture[str]) -> str | None:
+    """apply --check's "now:" headline, or None when apply would refuse (it then says why)."""
+    capsys.readouterr()
+    code = main(["apply", "--tree", str(root), "--check", "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    return str(payload["headline"]) if code == 0 else None
+
+
+@pytest.mark.parametrize("layout", ["installed", "git"])
+@pytest.mark.parametrize("state", STATES, ids=[s.name for s in STATES])
+def test_every_surface_renders_one_verdict(
+    state: State,
+    layout: str,
+    tree_factory: TreeFactory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    make = tree_factory.installed if layout == "installed" else tree_factory.git
+    root = make("0.5.16", tmp_path / "tree")
+    state.make(root)
+    seen = surfaces(root, capsys)
+    assert len(set(seen.values())) == 1, seen
+    code, headline = seen["verify"]
+    assert code == state.exit and re.fullmatch(state.headline, headline), seen
+    now = check_headline(root, capsys)
+    assert now is None or now == headline
+    strict = main(["verify", "--tree", str(root), "--strict"])
+    assert strict == (state.strict if state.strict is not None else state.exit)
+
+
+def _commit_all(root: Path) -> None:
+    import subprocess
+
+    from trees import GIT_IDENTITY
+
+    env = {**os.environ, **GIT_IDENTITY}
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, env=env)
+    subprocess.run(
+        ["git", "-C", str(root), "commit", "-q", "--allow-empty", "-m", "fork"], check=True, env=env
+    )
+
+
+@pytest.mark.parametrize("version", AFFECTED + FIXED)
+def test_every_release_original_and_fixed(
+    version: str, tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed(version, tmp_path / "sp")
+    seen = surfaces(root, capsys)
+    assert len(set(seen.values())) == 1, seen
+    code, headline = seen["verify"]
+    if version in FIXED:
+        assert (code, headline.split(",")[0]) == (0, "VERIFIED: no-init"), headline
+        assert "own kernel (fixed upstream)" in headline
+        return
+    assert code == 1 and headline.startswith("RACY: "), headline
+    apply(root)
+    seen = surfaces(root, capsys)
+    assert len(set(seen.values())) == 1, seen
+    assert seen["verify"][0] == 0
+    assert seen["verify"][1].startswith(f"VERIFIED: no-init, the no-init fix of release "), seen
+    assert main(["verify", "--tree", str(root), "--strict"]) == 0
+
+
+def test_fix_commands_repeat_the_users_tree_and_cache(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed("0.5.16", tmp_path / "my trees" / "sp")
+    cache = tmp_path / "my cache"
+    capsys.readouterr()
+    assert main(["verify", "--tree", str(root), "--cache-dir", str(cache), "--json"]) == 1
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["fix"] == f"sglang-dsv4-fix apply --tree '{root}' --cache-dir '{cache}'"
