@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,75 @@ def test_verify_path_imports_nothing_heavy(tree_factory: TreeFactory, tmp_path: 
         [sys.executable, "-c", code, str(root)], capture_output=True, text=True
     ).stdout
     assert out.splitlines()[-1] == "HEAVY []"
+
+
+def test_a_checkout_git_calls_dubious_is_a_one_line_refusal(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.git("0.5.16", tmp_path / "co")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the checkout to another owner")
+    for path in (root, root / ".git"):
+        os.chown(path, 65534, 65534)  # nobody: git now refuses the checkout for root
+    before = snapshot(root)
+    assert main(["apply", "--tree", str(root)]) == 6
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"sglang-dsv4-fix: error: git status of {KERNEL} failed: fatal: detected dubious ownership"
+    ), err
+    assert len(err.splitlines()) == 1
+    assert snapshot(root) == before
+
+
+def test_commit_outside_a_checkout_is_refused_before_any_write(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    before = snapshot(root)
+    assert main(["apply", "--tree", str(root), "--commit"]) == 6
+    assert capsys.readouterr().err == (
+        f"sglang-dsv4-fix: error: --commit needs a git checkout; {root} is not one\n"
+    )
+    assert snapshot(root) == before
+
+
+def test_a_failed_commit_restores_the_kernel_and_the_index(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.git("0.5.16", tmp_path / "co")
+    hook = root / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'policy: no kernel edits' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    git = ["git", "-C", str(root)]
+    index_before = (root / ".git" / "index").read_bytes()
+    kernel_before = (root / KERNEL).read_bytes()
+    assert main(["apply", "--tree", str(root), "--commit"]) == 6
+    err = capsys.readouterr().err
+    assert err.startswith("sglang-dsv4-fix: error: git commit failed: "), err
+    assert err.rstrip().endswith("; the kernel and the index were restored"), err
+    assert (root / KERNEL).read_bytes() == kernel_before
+    status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == "", status.stdout
+    del index_before  # git rewrites the index's stat cache; what matters is that it is clean
+
+
+def test_commit_without_a_git_identity_is_refused_before_any_write(
+    tree_factory: TreeFactory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = tree_factory.git("0.5.16", tmp_path / "co")
+    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("EMAIL", "")
+    before = snapshot(root)
+    assert main(["apply", "--tree", str(root), "--commit", "--check"]) == 6
+    assert main(["apply", "--tree", str(root), "--commit"]) == 6
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith(
+        "sglang-dsv4-fix: error: git has no identity to commit with (set user.name and "
+        "user.email): "
+    ), err
+    assert snapshot(root) == before
