@@ -36,10 +36,14 @@ def backup_path(kernel: Path) -> Path:
 
 def read(kernel: Path) -> Provenance | None:
     path = record_path(kernel)
-    if not path.exists():
-        return None
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:  # none, or a revert outside our lock just dropped it
+        return None
+    except OSError as e:
+        raise FatalError(f"{path}: unreadable provenance record ({e})", Exit.UNKNOWN) from e
+    try:
+        raw = json.loads(text)
         return Provenance(**{k: raw[k] for k in Provenance.__dataclass_fields__})
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FatalError(f"{path}: unreadable provenance record ({e})", Exit.UNKNOWN) from e
