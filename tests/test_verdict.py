@@ -210,3 +210,20 @@ def test_fix_commands_repeat_the_users_tree_and_cache(
     assert main(["verify", "--tree", str(root), "--cache-dir", str(cache), "--json"]) == 1
     payload = json.loads(capsys.readouterr().out)
     assert payload["fix"] == f"sglang-dsv4-fix apply --tree '{root}' --cache-dir '{cache}'"
+
+
+def test_status_says_a_reinstalled_kernel_is_no_longer_ours(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    _reinstalled(root)
+    capsys.readouterr()
+    assert main(["status", "--tree", str(root)]) == 0
+    lines = {ln.split(":", 1)[0]: ln for ln in capsys.readouterr().out.splitlines()}
+    assert lines["provenance"].endswith(
+        "not in force: the kernel is no longer the e5fc32a523b4bbc2… it wrote)"
+    )
+    assert lines["verdict"].startswith("verdict:       RACY: racy-init kernel0")
+    assert "replaced since apply (reinstalled?)" in lines["verdict"]
+    assert main(["apply", "--tree", str(root)]) == 0  # apply re-applies
+    assert main(["verify", "--tree", str(root), "--strict"]) == 0
