@@ -215,7 +215,12 @@ def test_commit_without_a_git_identity_is_refused_before_any_write(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     root = tree_factory.git("0.5.16", tmp_path / "co")
-    for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
+    for name in (
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("EMAIL", "")

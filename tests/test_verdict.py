@@ -197,7 +197,7 @@ def test_every_release_original_and_fixed(
     seen = surfaces(root, capsys)
     assert len(set(seen.values())) == 1, seen
     assert seen["verify"][0] == 0
-    assert seen["verify"][1].startswith(f"VERIFIED: no-init, the no-init fix of release "), seen
+    assert seen["verify"][1].startswith("VERIFIED: no-init, the no-init fix of release "), seen
     assert main(["verify", "--tree", str(root), "--strict"]) == 0
 
 
