@@ -68,7 +68,7 @@ EOF
 
   # 1. alone on the GPU: build all 12 (each at its own target), racecheck each, kernel0 latency.
   start=$(date +%s)
-  $T repro "${trees[@]}" --iters 0 --racecheck --bench --build-dir "$BD" --save "$W/step1.json" \
+  timeout 300 $T repro "${trees[@]}" --iters 0 --racecheck --bench --build-dir "$BD" --save "$W/step1.json" \
     > "$W/step1.txt" 2> "$W/step1.log"
   echo "step1 rc=$? $(( $(date +%s) - start )) s" >> "$W/env.txt"
 
