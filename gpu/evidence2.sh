@@ -102,8 +102,45 @@ EOF
   python3 gpu/evidence2_table.py "$W" | tee "$OUT/table.txt"
 }
 
+# The second call: 0.5.12's original at its own target (sm_90) faulted the GPU (illegal memory
+# access) mid-grid in the first call, so it runs again, one process per stretch of the grid, each
+# starting after the shape that faulted the last; and the one shape of 0.5.13's fixed run that the
+# first call's time limit cut off.
+complete() {
+  local D R W BD T T0 ratio rest n
+  D=$(cd "$(dirname "$0")/../.." && pwd) R=$D/repo W=/tmp/evidence2 BD=/tmp/evidence2-builds
+  OUT=${OUT:-/tmp/evidence2-out} T="python3 -m sglang_dsv4_fix" T0=$(date +%s)
+  rm -rf "$W" && mkdir -p "$W" "$OUT"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/evidence2-site "$D"/whl/*.whl || return 9
+  export PYTHONPATH="/tmp/evidence2-site:$R" PYTHONUNBUFFERED=1
+  cd "$R" || return 9
+  date -u +%FT%TZ > "$W/env.txt"
+  (
+    timeout 150 $T repro --tree "$D/trees/0.5.13" --variants barrier,no-init --ratios 128 \
+      --shapes 1x256+2x256+3x256+4x256@1000 --iters 10000 --streams 8 --build-dir "$BD" \
+      --save "$W/fixed_0.5.13_rest.json" > "$W/fixed_0.5.13_rest.txt" 2>&1
+    echo "fixed 0.5.13 rest rc=$? $(( $(date +%s) - T0 )) s" >> "$W/env.txt"
+  ) &
+  for ratio in 4 128; do
+    rest=$(python3 -c 'from sglang_dsv4_fix.harness import shapes; print(",".join(shapes.DEFAULT_SHAPES))')
+    n=0
+    while [ -n "$rest" ] && [ $n -lt 6 ] && [ $(( $(date +%s) - T0 )) -lt 150 ]; do
+      timeout 120 $T repro --tree "$D/trees/0.5.12" --variants original --iters 2000 --ratios $ratio \
+        --shapes "$rest" --build-dir "$BD" --save "$W/original_0.5.12_c${ratio}_$n.json" \
+        > "$W/original_0.5.12_c${ratio}_$n.txt" 2>&1
+      echo "original 0.5.12 c$ratio part $n rc=$? $(( $(date +%s) - T0 )) s" >> "$W/env.txt"
+      rest=$(python3 gpu/evidence2_table.py --after-fault "$W/original_0.5.12_c${ratio}_$n.json" "$rest")
+      n=$((n + 1))
+    done
+  done
+  wait
+  tar -czf "$OUT/evidence2b.tar.gz" -C "$W" .
+  cat "$W/env.txt"; grep -h "faulted\|^0\.5\.1[23] " "$W"/*.txt
+}
+
 case ${1:-} in
   prep) prep "${2:?prep DEST}" ;;
   run) run ;;
-  *) echo "usage: $0 prep DEST | run" >&2; exit 2 ;;
+  complete) complete ;;
+  *) echo "usage: $0 prep DEST | run | complete" >&2; exit 2 ;;
 esac

@@ -191,7 +191,18 @@ def markdown(folder: Path) -> None:
     print("### Latency (median µs per kernel0 launch)\n\n" + md(rows))
 
 
+def after_fault(path: Path, specs: str) -> str:
+    """The specs after the one that faulted (none if the run did not fault or left no JSON)."""
+    fault = (load(path) or {}).get("fault")
+    todo = specs.split(",")
+    spec = fault["shape"].split("[", 1)[1].rstrip("]") if fault else None
+    return ",".join(todo[todo.index(spec) + 1 :]) if spec in todo else ""
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--after-fault"]:
+        print(after_fault(Path(argv[1]), argv[2]))
+        return 0
     if argv[:1] == ["--markdown"]:
         markdown(Path(argv[1]))
         return 0

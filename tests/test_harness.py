@@ -216,3 +216,26 @@ def test_command_modules_import_no_torch_or_tvm_ffi() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_gpu_fault_is_reported_and_fails_only_for_a_fixed_variant() -> None:
+    from sglang_dsv4_fix.commands import repro
+    from sglang_dsv4_fix.harness import report
+
+    fault = {"release": "0.5.12", "variant": "original", "shape": "c4 [1x256+2x256+3x256+4x256]",
+             "error": "CUDA error: an illegal memory access was encountered",
+             "submitted_calls": 500, "not_run": ["0.5.12/original"]}  # fmt: skip
+    results = {"plans": [], "racecheck": [], "same_plans": [], "fault": fault}
+    assert repro._failures(results) == []
+    assert report.fault(fault) == (
+        "0.5.12 original c4 [1x256+2x256+3x256+4x256]: the GPU faulted within the first 500 calls "
+        "(CUDA error: an illegal memory access was encountered); the CUDA context is lost, "
+        "not run: 0.5.12/original"
+    )
+    fault = {**fault, "variant": "no-init", "not_run": ["0.5.12/no-init", "0.5.13/barrier"]}
+    assert repro._failures({**results, "fault": fault}) == [
+        "0.5.12/no-init c4 [1x256+2x256+3x256+4x256]: the GPU faulted "
+        "(CUDA error: an illegal memory access was encountered)",
+        "not run after the fault: 0.5.12/no-init",
+        "not run after the fault: 0.5.13/barrier",
+    ]

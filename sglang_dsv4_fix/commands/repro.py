@@ -169,16 +169,45 @@ def _run(p: _Plan) -> dict[str, Any]:
                     for i in mine]  # fmt: skip
             out["racecheck"] = [j.result() for j in jobs]
     modules = [gpu.load(so) for so in sos]
-    for i in mine if p.args.iters else []:
-        for shape in p.grid:
-            out["plans"].append(runner.run_shape(modules[i], shape, p.args.iters, built[i].release,
-                                                 built[i].name, p.args.streams, archs[i].target))  # fmt: skip
-            _progress(out["plans"][-1])
+    try:
+        _plans(p, built, archs, modules, mine, out)
+    except runner.DeviceFault as fault:  # the CUDA context is lost: report it, run nothing more
+        out["fault"] = _fault(fault, out, p, built, mine)
+        print(f"  {out['fault']['release']} {out['fault']['variant']} {fault}", file=sys.stderr)
+        return out
     out["same_plans"] = _compare(p, built, trees, modules)
     if p.args.bench:
         ratios = sorted({s.ratio for s in p.grid})
         out["latency"] = _bench([built[i] for i in mine], [modules[i] for i in mine], ratios)
     return out
+
+
+def _plans(p: _Plan, built: list[Any], archs: list[Any], modules: list[Any], mine: list[int],
+           out: dict[str, Any]) -> None:  # fmt: skip
+    from sglang_dsv4_fix.harness import runner
+
+    for i in mine if p.args.iters else []:
+        out["running"] = built[i]
+        for shape in p.grid:
+            out["plans"].append(runner.run_shape(modules[i], shape, p.args.iters, built[i].release,
+                                                 built[i].name, p.args.streams, archs[i].target))  # fmt: skip
+            _progress(out["plans"][-1])
+    out.pop("running", None)
+
+
+def _fault(
+    fault: Any, out: dict[str, Any], p: _Plan, built: list[Any], mine: list[int]
+) -> dict[str, Any]:
+    """What faulted, and which variants' runs it left undone (plans, comparisons, latency)."""
+    v = out.pop("running")
+    done = {(r.release, r.variant) for r in out["plans"]}
+    undone = [
+        built[i].label
+        for i in mine
+        if (built[i].release, built[i].name) not in done or built[i] is v
+    ]
+    return {"release": v.release, "variant": v.name, "shape": fault.shape, "error": fault.error,
+            "submitted_calls": fault.submitted, "not_run": undone}  # fmt: skip
 
 
 def _prepare(p: _Plan) -> tuple[list[Any], list[Any], list[Any]]:
@@ -288,6 +317,8 @@ def _finish(args: argparse.Namespace, results: dict[str, Any]) -> int:
             if results[part]:
                 print(fmt(results[part]) + "\n")
         print("\n".join(report.summary(results)))
+        if results.get("fault"):
+            print(report.fault(results["fault"]))
     for line in failed:
         print(f"sglang-dsv4-fix: FAILED: {line}", file=sys.stderr)
     return int(Exit.REPRO_FAILED) if failed else int(Exit.OK)
@@ -298,7 +329,11 @@ def _plain(r: Any) -> Any:
 
 
 def _failures(results: dict[str, Any]) -> list[str]:
-    bad = [f"{r.release}/{r.variant} {r.shape}: {r.bad}/{r.calls} bad plans"
+    fault = results.get("fault")
+    bad = [f"{fault['release']}/{fault['variant']} {fault['shape']}: the GPU faulted ({fault['error']})"] if fault and fault["variant"] in FIXED else []  # fmt: skip
+    bad += [f"not run after the fault: {label}" for label in (fault or {}).get("not_run", [])
+            if label.rsplit("/", 1)[1] in FIXED]  # fmt: skip
+    bad += [f"{r.release}/{r.variant} {r.shape}: {r.bad}/{r.calls} bad plans"
            for r in results["plans"] if r.variant in FIXED and r.bad]  # fmt: skip
     bad += [f"{r.release}/{r.variant} {r.shape}: its stray writes corrupted {r.corrupted_chunks} chunks"
             for r in results["plans"] if r.variant in FIXED and r.corrupted_chunks]  # fmt: skip

@@ -120,10 +120,19 @@ def _summary_line(
     eq = [r for r in same if (r.release, r.variant) == key]
     bad, calls = sum(r.bad for r in mine), sum(r.calls - r.tainted_calls for r in mine)
     tainted = sum(r.tainted_calls for r in mine)
-    parts = [f"{key[0]} {key[1]}: {bad} bad plans in {calls} calls"]
+    parts = [f"{bad} bad plans in {calls} calls"] if mine else []
     parts += [f"{tainted} more ran on overwritten state, not counted"] if tainted else []
     parts += [f"racecheck hazards {sum(hz)}"] if hz else []
     if eq:
         n, ok = sum(r.calls for r in eq), sum(r.same_plans for r in eq)
         parts.append(f"same plans as {eq[0].against} in {ok}/{n} calls")
-    return ", ".join(parts)
+    return f"{key[0]} {key[1]}: " + ", ".join(parts)
+
+
+def fault(f: Mapping[str, Any]) -> str:
+    """The line for a run the GPU stopped (the racy original's illegal memory access)."""
+    undone = ", ".join(f["not_run"]) or "nothing"
+    return (
+        f"{f['release']} {f['variant']} {f['shape']}: the GPU faulted within the first "
+        f"{f['submitted_calls']} calls ({f['error']}); the CUDA context is lost, not run: {undone}"
+    )

@@ -124,23 +124,55 @@ def run_shape(
     done = 0
     while done < calls:
         k = min(CHUNK, calls - done)
-        stamps = []
-        for i in range(k):
-            stamps.append(time.perf_counter() - start)
-            with t.cuda.stream(pool[i % len(pool)]):
-                c, w = plan(module, inputs)
-                cbuf[i].copy_(c)
-                wbuf[i].copy_(w)
-        t.cuda.synchronize()  # every stream's plans are complete before the default stream reads them
-        verdicts = oracle.check(cbuf[:k], wbuf[:k], ref, shape)
-        # Restoring runs on the same stream, after the check above has read the reference.
-        intact = inputs.intact() & _restore(ref_state, ref_pristine)
-        if not intact:  # judge the chunk's own snapshots again, against the restored reference
-            verdicts = oracle.check(cbuf[:k], wbuf[:k], ref, shape)
+        try:
+            verdicts, stamps, intact = _chunk(
+                module, inputs, ref, (ref_state, ref_pristine), pool, (cbuf, wbuf), k, start
+            )
+        except Exception as e:  # torch.AcceleratorError, tvm-ffi's errors: not one base class
+            if is_device_fault(e):
+                raise DeviceFault(shape, done + k, e) from e
+            raise
         acc.add(verdicts, done, stamps, intact)
         done += k
     t.cuda.synchronize()
     return acc.result(release, variant, calls, ref.w_comparable, time.perf_counter() - start, arch)
+
+
+def _chunk(module: Any, inputs: Inputs, ref: oracle.Reference, saved: tuple[list[Any], list[Any]],
+           pool: list[Any], bufs: tuple[Any, Any], k: int, start: float,
+) -> tuple[oracle.Verdicts, list[float], bool]:  # fmt: skip
+    """k calls, each one's plans snapshotted at once, checked; inputs and reference verified."""
+    t = torch()
+    cbuf, wbuf = bufs
+    stamps = []
+    for i in range(k):
+        stamps.append(time.perf_counter() - start)
+        with t.cuda.stream(pool[i % len(pool)]):
+            c, w = plan(module, inputs)
+            cbuf[i].copy_(c)
+            wbuf[i].copy_(w)
+    t.cuda.synchronize()  # every stream's plans are complete before the default stream reads them
+    verdicts = oracle.check(cbuf[:k], wbuf[:k], ref, inputs.shape)
+    # Restoring runs on the same stream, after the check above has read the reference.
+    intact = inputs.intact() & _restore(*saved)
+    if not intact:  # judge the chunk's own snapshots again, against the restored reference
+        verdicts = oracle.check(cbuf[:k], wbuf[:k], ref, inputs.shape)
+    return verdicts, stamps, intact
+
+
+class DeviceFault(Exception):
+    """The GPU faulted during a shape (CUDA reports it at the next sync); the context is lost."""
+
+    def __init__(self, shape: Shape, submitted: int, error: BaseException) -> None:
+        self.shape = shape.name
+        self.submitted = submitted  # calls submitted up to the sync that reported the fault
+        self.error = (str(error).splitlines() or [type(error).__name__])[0]
+        super().__init__(f"{self.shape}: {self.error} (within the first {submitted} calls)")
+
+
+def is_device_fault(e: BaseException) -> bool:
+    """torch.AcceleratorError and friends: 'CUDA error: an illegal memory access ...'."""
+    return "CUDA error" in str(e)
 
 
 @dataclass
