@@ -34,6 +34,22 @@ def test_shape_parse_counts_rows_and_signature() -> None:
     assert shapes.parse("4x1023+3", 4).signature == 4095  # FACTS.md: max ragged_id 4095 on 0.5.16
 
 
+def test_shape_parse_takes_a_cached_prefix() -> None:
+    s = shapes.parse("4x72+3x24@63", 4)
+    assert (s.spec, s.prefix, s.text, s.name) == (
+        "4x72+3x24",
+        63,
+        "4x72+3x24@63",
+        "c4 [4x72+3x24@63]",
+    )
+    assert s.seq_lens[:1] + s.seq_lens[-1:] == (67, 66) and s.rows == 360
+    assert shapes.parse(s.text, 4) == s
+    with pytest.raises(
+        FatalError, match=r"bad shape '4x2@x': write it like 4x72\+3x24 or 4x72\+3x24@63"
+    ):
+        shapes.parse("4x2@x", 4)
+
+
 def test_shape_parse_rejects_what_kernel0_cannot_take() -> None:
     with pytest.raises(FatalError, match=r"bad shape '4x1025': batch 1025 > 1024") as e:
         shapes.parse("4x1025", 128)
@@ -46,9 +62,14 @@ def test_shape_parse_rejects_what_kernel0_cannot_take() -> None:
 
 def test_default_grid_is_the_issue_list_for_c4_and_c128() -> None:
     grid = shapes.grid(shapes.DEFAULT_SHAPES, shapes.DEFAULT_RATIOS)
-    assert len(grid) == 2 * len(shapes.DEFAULT_SHAPES)
+    assert len(grid) == 2 * len(shapes.DEFAULT_SHAPES) == 2 * (16 + 14)
     specs = {s.spec for s in grid}
     assert {"4x96", "4x72+3x24", "3x104+2x24", "4x1023+3", "4x31+3", "4x65+3"} <= specs
+    # serving-like: the largest batch (uniform, and 1-4 tokens a row), cached prefixes, c4 and c128
+    assert {s.batch for s in grid if s.spec in ("4x1024", "1x256+2x256+3x256+4x256")} == {1024}
+    prefixed = {(s.ratio, s.prefix, s.spec) for s in grid if s.prefix}
+    assert {p for _, p, _ in prefixed} == {1, 63, 64, 1000}
+    assert len(prefixed) == 2 * 4 * 3 and (4, 1000, "1x256+2x256+3x256+4x256") in prefixed
     # With ring 128 the write plans of kernel0 and the CPU loop coincide, so the oracle compares them.
     assert all(s.cpu_path_equivalent for s in grid)
     assert (shapes.parse("4x2", 4).mtp_pad, shapes.parse("4x2", 128).mtp_pad) == (4, 0)
@@ -75,6 +96,24 @@ def test_prepare_writes_three_variants_and_leaves_the_tree_alone(
     assert all(v.kernel.is_relative_to(tmp_path / "build") for v in built)
     assert all(v.include == tree.kernel_root / "include" for v in built)
     assert hashlib.sha256(tree.kernel_path.read_bytes()).hexdigest() == before
+
+
+def test_a_fork_after_apply_is_labelled_and_builds_what_apply_wrote(
+    tree_factory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = tree_factory.installed("0.5.16", tmp_path / "sp")
+    tree = find_tree(site)
+    assert tree.kernel_path is not None
+    text = tree.kernel_path.read_text()
+    tree.kernel_path.write_text("// local fork\n" + text.replace("\n\n", "\n\n\n", 1))
+    assert main(["apply", "--tree", str(site)]) == 0
+    assert "base is unknown" in capsys.readouterr().out
+    assert variants.label(tree) == "0.5.16+unknown-base"
+    built = variants.prepare(tree, variants.NAMES, tmp_path / "build")
+    assert [v.label for v in built][2] == "0.5.16+unknown-base/no-init"
+    assert built[2].kernel.read_bytes() == tree.kernel_path.read_bytes()  # the file apply wrote
+    assert built[0].kernel.read_text().startswith("// local fork\n")  # from apply's backup
+    assert variants.label(find_tree(tree_factory.installed("0.5.16", tmp_path / "r"))) == "0.5.16"
 
 
 def test_prepare_on_a_fixed_release_builds_only_what_it_has(tree_factory, tmp_path: Path) -> None:
@@ -116,6 +155,28 @@ def test_repro_rejects_unknown_variants(capsys: pytest.CaptureFixture[str]) -> N
     )
 
 
+def test_repro_rejects_negative_iters(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["repro", "--iters", "-1"]) == Exit.USAGE
+    assert capsys.readouterr().err == (
+        "sglang-dsv4-fix: error: --iters must be >= 0, --streams and --racecheck-calls >= 1\n"
+    )
+
+
+def test_repro_arch_is_an_explicit_target_for_this_gpu_only() -> None:
+    from sglang_dsv4_fix.commands import repro
+
+    assert repro._arch("9.0", (9, 0)).target == "9.0"
+    assert repro._arch("sm_90a", (9, 0)) == repro._arch("9.0a", (9, 0))
+    assert repro._arch("9.0a", (9, 0)).flag == "-DSGL_CUDA_ARCH=900"
+    with pytest.raises(
+        FatalError, match=r"^--arch 10\.0a does not run on this GPU \(capability 9\.0\)$"
+    ):
+        repro._arch("10.0a", (9, 0))
+    with pytest.raises(FatalError, match=r"^--arch: not a CUDA architecture: 'hopper'"):
+        repro._arch("hopper", (9, 0))
+    assert repro._unique("0.5.16", taken := {"0.5.16"}) == "0.5.16#2" and "0.5.16#2" in taken
+
+
 def test_repro_rejects_bad_shapes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["repro", "--shapes", "4x96,oops"]) == Exit.USAGE
     assert "bad shape 'oops'" in capsys.readouterr().err
@@ -155,3 +216,26 @@ def test_command_modules_import_no_torch_or_tvm_ffi() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_gpu_fault_is_reported_and_fails_only_for_a_fixed_variant() -> None:
+    from sglang_dsv4_fix.commands import repro
+    from sglang_dsv4_fix.harness import report
+
+    fault = {"release": "0.5.12", "variant": "original", "shape": "c4 [1x256+2x256+3x256+4x256]",
+             "error": "CUDA error: an illegal memory access was encountered",
+             "submitted_calls": 500, "not_run": ["0.5.12/original"]}  # fmt: skip
+    results = {"plans": [], "racecheck": [], "same_plans": [], "fault": fault}
+    assert repro._failures(results) == []
+    assert report.fault(fault) == (
+        "0.5.12 original c4 [1x256+2x256+3x256+4x256]: the GPU faulted within the first 500 calls "
+        "(CUDA error: an illegal memory access was encountered); the CUDA context is lost, "
+        "not run: 0.5.12/original"
+    )
+    fault = {**fault, "variant": "no-init", "not_run": ["0.5.12/no-init", "0.5.13/barrier"]}
+    assert repro._failures({**results, "fault": fault}) == [
+        "0.5.12/no-init c4 [1x256+2x256+3x256+4x256]: the GPU faulted "
+        "(CUDA error: an illegal memory access was encountered)",
+        "not run after the fault: 0.5.12/no-init",
+        "not run after the fault: 0.5.13/barrier",
+    ]

@@ -1,9 +1,11 @@
 """Build a variant with tvm-ffi's ``build_inline``, exactly as SGLang's loader compiles it.
 
-Flags from the releases' ``load_jit`` (FACTS.md): device ``-DSGL_CUDA_ARCH=<arch> -std=c++20 -O3
---expt-relaxed-constexpr``, include ``<kernel root>/include``; the harness adds its kernel0
-timing entry point (bench_kernel0.cuh). Every build gets its own folder; nothing is shared with
-tvm-ffi's or SGLang's caches.
+Flags from the releases' ``load_jit`` (FACTS.md, jitcache.CUDA_FLAGS_TAIL): device
+``-DSGL_CUDA_ARCH=<arch> -std=c++20 -O3 --expt-relaxed-constexpr``, include ``<kernel root>/include``,
+for the target the release's own loader derives (jitcache.arch_for: ``9.0`` up to 0.5.15.post1,
+``9.0a`` from 0.5.16 on an H200); the harness adds its kernel0 timing entry point
+(bench_kernel0.cuh). Every build gets its own folder; nothing is shared with tvm-ffi's or SGLang's
+caches.
 """
 
 from __future__ import annotations
@@ -13,32 +15,21 @@ import shutil
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.harness.variants import Variant
+from sglang_dsv4_fix.jitcache import CUDA_FLAGS_TAIL, Arch
 
 MODULE = "sglang_dsv4_fix_plan"
 _STANDARD_HOMES = (Path("/usr/local"),)
 
 
-@dataclass(frozen=True)
-class Arch:
-    """A CUDA target: ``9.0a`` for sm_90a (H100/H200), ``10.0a`` for sm_100a (B200)."""
-
-    name: str
-
-    @property
-    def sgl_cuda_arch(self) -> int:
-        major, minor = self.name.rstrip("a").split(".")
-        return int(major) * 100 + int(minor) * 10
-
-    @property
-    def tag(self) -> str:
-        return "sm_" + self.name.replace(".", "")
+def tag(arch: Arch) -> str:
+    """``sm_90`` / ``sm_90a``: the build folder's name for a target."""
+    return "sm_" + arch.target.replace(".", "")
 
 
 def find_nvcc() -> Path:
@@ -70,18 +61,13 @@ def sources(kernel: Path) -> list[str]:
 
 
 def cuda_cflags(arch: Arch) -> list[str]:
-    return [
-        f"-DSGL_CUDA_ARCH={arch.sgl_cuda_arch}",
-        "-std=c++20",
-        "-O3",
-        "--expt-relaxed-constexpr",
-    ]
+    return [arch.flag, *CUDA_FLAGS_TAIL]
 
 
 def build(variant: Variant, arch: Arch, build_dir: Path, object_only: bool = False) -> Path:
     """Compile ``variant`` for ``arch``; the shared library (or, compile-only, the object file)."""
     tvm_ffi_cpp = _tvm_ffi_cpp()
-    folder = build_dir / variant.release / variant.name / arch.tag
+    folder = build_dir / variant.release / variant.name / tag(arch)
     folder.mkdir(parents=True, exist_ok=True)
     try:
         out = tvm_ffi_cpp.build_inline(
@@ -96,24 +82,30 @@ def build(variant: Variant, arch: Arch, build_dir: Path, object_only: bool = Fal
     except RuntimeError as e:
         tail = "\n".join(str(e).splitlines()[-12:])
         raise FatalError(
-            f"build of {variant.label} for {arch.tag} failed:\n{tail}", Exit.UNKNOWN
+            f"build of {variant.label} for {tag(arch)} failed:\n{tail}", Exit.UNKNOWN
         ) from e
     return Path(out)
 
 
 def build_all(
     variants: Sequence[Variant],
-    arch: Arch,
+    archs: Sequence[Arch],
     build_dir: Path,
     object_only: bool = False,
     jobs: int = 0,
 ) -> list[Path]:
-    """Build several variants in parallel (nvcc is single-threaded); same order as ``variants``."""
+    """Build ``variants[i]`` for ``archs[i]``, in parallel per target (nvcc is single-threaded)."""
     find_nvcc()
-    workers = jobs or max(1, min(len(variants), os.cpu_count() or 1))
-    # tvm-ffi reads the target from the environment (SGLang <= 0.5.17 force-sets it the same way).
-    with scoped_env("TVM_FFI_CUDA_ARCH_LIST", arch.name), ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda v: build(v, arch, build_dir, object_only), variants))
+    out: dict[int, Path] = {}
+    for target in dict.fromkeys(a.target for a in archs):
+        todo = [i for i, a in enumerate(archs) if a.target == target]
+        workers = jobs or max(1, min(len(todo), os.cpu_count() or 1))
+        # tvm-ffi reads the target from the environment (SGLang <= 0.5.17 force-sets it the same
+        # way), so one target at a time.
+        with scoped_env("TVM_FFI_CUDA_ARCH_LIST", target), ThreadPoolExecutor(workers) as pool:
+            built = pool.map(lambda i: build(variants[i], archs[i], build_dir, object_only), todo)
+            out.update(zip(todo, built, strict=True))
+    return [out[i] for i in range(len(variants))]
 
 
 @contextmanager

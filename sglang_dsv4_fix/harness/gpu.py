@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.harness.build import Arch, scoped_env
+from sglang_dsv4_fix.harness.build import scoped_env
 
 
 def torch() -> Any:
@@ -20,16 +20,15 @@ def torch() -> Any:
     return t
 
 
-def device_arch() -> Arch:
-    """The visible GPU's target (``9.0a`` on an H200); ENVIRONMENT error when there is none."""
+def device_capability() -> tuple[int, int]:
+    """The visible GPU's compute capability ((9, 0) on an H200); ENVIRONMENT error without one."""
     t = torch()
     if not t.cuda.is_available():
         raise FatalError(
             "no CUDA GPU visible (torch.cuda.is_available() is False)", Exit.ENVIRONMENT
         )
     major, minor = t.cuda.get_device_capability()
-    # The 'a' targets carry Hopper/Blackwell-only instructions; SGLang builds them from 0.5.16.
-    return Arch(f"{major}.{minor}a" if major >= 9 else f"{major}.{minor}")
+    return int(major), int(minor)
 
 
 def device_name() -> str:

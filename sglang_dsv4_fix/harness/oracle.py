@@ -88,6 +88,16 @@ def check(plan_c: Any, plan_w: Any, ref: Reference, shape: Shape) -> Verdicts:
     return Verdicts(bad, out_of_range, w_max, ids_wrong, c_differs, w_differs)
 
 
+def same(a_c: Any, a_w: Any, b_c: Any, b_w: Any) -> tuple[Any, Any]:
+    """Per call of K: (plans equal as multisets, plan bytes identical), two bool tensors [K]."""
+    c_same = (_c_keys(words(a_c, 4)) == _c_keys(words(b_c, 4))).flatten(start_dim=1).all(dim=-1)
+    w_same = (_w_keys(words(a_w, 2)) == _w_keys(words(b_w, 2))).all(dim=-1)
+    exact = (a_c == b_c).flatten(start_dim=1).all(dim=-1) & (a_w == b_w).flatten(start_dim=1).all(
+        dim=-1
+    )
+    return c_same & w_same, exact
+
+
 def _torch() -> Any:
     import torch
 

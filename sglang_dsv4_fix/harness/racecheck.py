@@ -41,6 +41,7 @@ class RacecheckResult:
     kinds: dict[str, int]  # hazard line (without addresses) -> count
     command: str
     excerpt: list[str]  # the first hazard report lines, as racecheck printed them
+    arch: str = ""  # the build target (jitcache.Arch.target)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,8 +88,9 @@ def command(sanitizer: Path, so: Path, spec: str, ratio: int, calls: int) -> lis
 
 
 def run(
-    sanitizer: Path, so: Path, release: str, variant: str, spec: str, ratio: int, calls: int
-) -> RacecheckResult:
+    sanitizer: Path, so: Path, release: str, variant: str, spec: str, ratio: int, calls: int,
+    arch: str = "",
+) -> RacecheckResult:  # fmt: skip
     cmd = command(sanitizer, so, spec, ratio, calls)
     env = dict(os.environ)
     package_parent = str(Path(sglang_dsv4_fix.__file__).resolve().parent.parent)
@@ -118,4 +120,5 @@ def run(
         kinds,
         shown,
         excerpt,
+        arch,
     )

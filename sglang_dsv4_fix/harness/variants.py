@@ -19,7 +19,7 @@ FIXED: tuple[Name, ...] = ("barrier", "no-init")
 
 @dataclass(frozen=True)
 class Variant:
-    release: str  # the tree's release, or "unknown"
+    release: str  # the tree's label: its release ("unknown" without one), see label()
     name: Name
     kernel: Path  # the variant's c_plan.cuh, inside the build folder
     include: Path  # the tree's own <kernel root>/include (read, never written)
@@ -29,18 +29,36 @@ class Variant:
         return f"{self.release}/{self.name}"
 
 
-def prepare(tree: Tree, names: tuple[Name, ...], build_dir: Path) -> list[Variant]:
-    """Write each requested variant of ``tree``'s kernel under ``build_dir``; the tree is untouched."""
+def label(tree: Tree) -> str:
+    """The release, marked ``+unknown-base`` where ``apply`` rewrote a file no manifest knows."""
+    release = tree.release or "unknown"
+    record = provenance.read(tree.kernel_path) if tree.kernel_path is not None else None
+    return (
+        f"{release}+unknown-base"
+        if record is not None and record.method == "structural"
+        else release
+    )
+
+
+def prepare(
+    tree: Tree, names: tuple[Name, ...], build_dir: Path, release: str | None = None
+) -> list[Variant]:
+    """Write each requested variant of ``tree``'s kernel under ``build_dir``; the tree is untouched.
+
+    ``release`` labels the variants (default: ``label(tree)``) and names their build folder.
+    """
     if tree.kernel_path is None:
         raise FatalError(f"{tree.package_dir}: no DeepSeek-V4 planner kernel", Exit.NOT_APPLICABLE)
-    release = tree.release or "unknown"
+    release = release or label(tree)
     texts = _texts(tree.kernel_path, names)
     out = []
     for name in names:
         folder = build_dir / release / name
         folder.mkdir(parents=True, exist_ok=True)
         kernel = folder / "c_plan.cuh"
-        kernel.write_bytes(texts[name].encode("utf-8"))
+        data = texts[name].encode("utf-8")
+        if not kernel.is_file() or kernel.read_bytes() != data:  # same bytes: ninja keeps the build
+            kernel.write_bytes(data)
         out.append(Variant(release, name, kernel, tree.kernel_root / "include"))
     return out
 
