@@ -1,6 +1,8 @@
 """Where each release's loader puts the compress-plan JIT build, what each cached build came from.
 
-Pure and light (no torch, no SGLang, no tvm-ffi import): verify and status call it. The naming
+Names builds and inventories them, read-only (removal is sglang_dsv4_fix/cacheclean.py). Pure
+and light (no torch, no SGLang, no tvm-ffi import): verify, status and the plugin call it. Every
+file here is someone else's: opened non-blocking, checked to be a regular file, read capped. The naming
 formulas are our own implementation of what the releases' loaders do (read off the wheels, see
 docs/jit-cache.md); tests compare them with names produced by running the releases' own code.
 
@@ -17,24 +19,22 @@ Schemes (sgl-project/sglang#32467 is only fixed in-tree from 0.5.18):
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import os
 import re
-import secrets
-import shutil
-import sys
-import time
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
 from sglang_dsv4_fix.tree import Tree
+
+if TYPE_CHECKING:
+    from sglang_dsv4_fix.cacheclean import Removal
 
 Scheme = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
 Origin = Literal["original", "no-init", "barrier", "current", "cannot tell", "other"]
@@ -51,8 +51,6 @@ WRAPPERS = (
 CFLAGS = ("-std=c++20", "-O3")  # load_jit's DEFAULT_CFLAGS
 CUDA_FLAGS_TAIL = ("-std=c++20", "-O3", "--expt-relaxed-constexpr")  # after -DSGL_CUDA_ARCH=
 SIDECAR = ".sglang-dsv4-fix.json"  # our provenance note inside a build dir we compiled
-TRASH = ".sglang-dsv4-fix-trash-"  # renamed-aside builds awaiting deletion
-BUILD_MARKERS = ("lock", "build.ninja")
 
 # Where load_jit lives, newest layout first (FACTS.md, "JIT build cache").
 LOADER_FILES = (
@@ -130,7 +128,12 @@ def scheme_of(tree: Tree) -> Scheme:
 
 def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
     """``--cache-dir``, else ``$TVM_FFI_CACHE_DIR``, else ``~/.cache/tvm-ffi`` (as both SGLang
-    0.5.14+ and tvm-ffi compute it: the variable is taken as given, then ``~`` expanded)."""
+    0.5.14+ and tvm-ffi compute it: the variable is taken as given, then ``~`` expanded).
+
+    Set but empty, it is ``.``: tvm-ffi 0.1.9/0.1.11 (``os.environ.get("TVM_FFI_CACHE_DIR",
+    default)`` in ``tvm_ffi/cpp/extension.py``) and SGLang's ``load_jit`` do not treat an empty
+    value as unset, they build into each process's current folder. Readers look there too;
+    ``cacheclean.clear_root`` refuses to clear it unless named by ``--cache-dir``."""
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
     env = os.environ if env is None else env
@@ -389,7 +392,128 @@ def _original(kernel: Path, current: bytes, backup: Path) -> bytes | None:
     return None
 
 
+# --------------------------------------------------------------------------- what tvm-ffi writes
+
+# A build folder is named by SGLang 0.5.14+ (``<module>__arch_<t>__tvmffi_<v>``) or by tvm-ffi
+# itself (``<module>_<16 hex>``); it holds only the files tvm-ffi's load_inline/build_inline and
+# ninja write there (tvm_ffi/cpp/extension.py: lock, main.cpp, cuda.cu, build.ninja, cpp_0.o,
+# cuda_0.o + depfiles, <module>.so, .ninja_log, .ninja_deps), plus our sidecar.
+_JIT_NAMES = (
+    re.compile(r"^(?P<module>[A-Za-z_]\w*?)__arch_[0-9a-z.]+__tvmffi_[0-9A-Za-z.+]+$"),
+    re.compile(r"^(?P<module>[A-Za-z_]\w*)_[0-9a-f]{16}$"),
+)
+_TVMFFI_FILES = frozenset(
+    {"lock", "build.ninja", "main.cpp", "cuda.cu", ".ninja_log", ".ninja_deps"}
+)
+_TVMFFI_OBJECTS = re.compile(
+    r"^(?:(?:c|cpp|cuda)_\d+|unified(?:_with_\w+)?)\.o(?:\.d)?$|^\w+\.cubin$"
+)
+_NINJA_HEAD = "ninja_required_version = 1.3\n"
+MAX_BUILD_FILES = 64
+READ_CAP = 1 << 20  # build.ninja, cuda.cu, a sidecar: tvm-ffi and we write a few KB
+SO_CAP = 1 << 28  # a planner .so is ~1 MB: never hash an unbounded file
+
+
+def jit_module(name: str) -> str | None:
+    """The module a cache entry named ``name`` builds, if the name is a JIT build's."""
+    for pattern in _JIT_NAMES:
+        m = pattern.match(name)
+        if m:
+            return m.group("module")
+    return None
+
+
+def tvmffi_file(name: str, module: str) -> bool:
+    """A file name tvm-ffi (or our sidecar) writes into the build folder of ``module``."""
+    return (
+        name in _TVMFFI_FILES
+        or name in (SIDECAR, f"{module}.so")
+        or _TVMFFI_OBJECTS.match(name) is not None
+    )
+
+
+def build_problem(path: Path, module: str) -> str | None:
+    """None if the folder ``path`` is, by its files, a tvm-ffi build of ``module``; else why not.
+
+    Every entry must be a regular file tvm-ffi writes, and ``build.ninja`` must be the one it
+    generates for ``<module>.so``. A link at ``path`` is followed (its target is what is read).
+    """
+    try:
+        with os.scandir(path) as it:
+            entries = [(e.name, e.is_file(follow_symlinks=False)) for e in _first(it)]
+    except OSError as e:
+        return f"cannot list it ({e.strerror})"
+    if len(entries) > MAX_BUILD_FILES:
+        return f"holds more than {MAX_BUILD_FILES} entries"
+    for name, regular in sorted(entries):
+        if not tvmffi_file(name, module):
+            return f"holds {name!r}, which tvm-ffi does not write"
+        if not regular:
+            return f"its {name!r} is not a regular file"
+    ninja = read_capped(path / "build.ninja")
+    if ninja is None or not ninja.startswith(_NINJA_HEAD.encode()):
+        return "no build.ninja generated by tvm-ffi"
+    if f"\ndefault {module}.so\n".encode() not in ninja:
+        return f"its build.ninja does not build {module}.so"
+    return None
+
+
+def _first(it: Iterator[os.DirEntry[str]]) -> Iterator[os.DirEntry[str]]:
+    for i, entry in enumerate(it):
+        if i > MAX_BUILD_FILES:
+            return
+        yield entry
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int | None:
+    """A descriptor on ``path`` if it is a regular file, else None (missing, a link, a FIFO, a
+    device, a socket: opened non-blocking so none of them can hang us, then checked on the fd)."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def read_capped(path: Path, limit: int = READ_CAP) -> bytes | None:
+    """The bytes of a regular file of at most ``limit`` bytes, else None."""
+    fd = open_regular(path)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError:
+        return None
+    return data if len(data) <= limit else None
+
+
+def _sha256_path(path: Path, limit: int = SO_CAP) -> str | None:
+    fd = open_regular(path)
+    if fd is None:
+        return None
+    h, size = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                size += len(chunk)
+                if size > limit:
+                    return None
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
 # --------------------------------------------------------------------------- inventory
+
+Kind = Literal["folder", "empty folder", "link", "dangling link", "not a folder"]
 
 
 @dataclass(frozen=True)
@@ -404,6 +528,7 @@ class Build:
     origin_sha256: str | None  # sha256 of the kernel bytes it was built from, when known
     link: bool = False
     has_so: bool = False
+    kind: Kind = "folder"
 
     @property
     def name(self) -> str:
@@ -413,6 +538,13 @@ class Build:
     def ours(self) -> bool:
         """Built for this tree (by content hash or, on 0.5.12, by the kernel path it includes)."""
         return self.origin != "other"
+
+    @property
+    def loadable(self) -> bool:
+        """A loader could take a .so from it: a folder with something in it, or a link to a
+        folder. An empty folder (a fresh mkdir, our placeholder) or a file named like a build
+        cannot hand a stale planner to anyone."""
+        return self.kind in ("folder", "link")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -426,6 +558,7 @@ class Build:
             "detail": self.detail,
             "link": self.link,
             "has_so": self.has_so,
+            "kind": self.kind,
         }
 
 
@@ -438,30 +571,53 @@ def parse_name(name: str) -> tuple[Scheme, dict[str, str]] | None:
 
 
 def planner_entries(root: Path) -> list[os.DirEntry[str]]:
-    """Top-level entries of ``root`` named like a compress-plan build (any release's scheme)."""
-    if not root.is_dir():
+    """Top-level entries of ``root`` named like a compress-plan build (any release's scheme).
+
+    Only names are read: this is the cheap first step of every cache check."""
+    try:
+        with os.scandir(root) as it:
+            return sorted((e for e in it if parse_name(e.name)), key=lambda e: e.name)
+    except OSError:  # no cache (the usual case), or not a folder: nothing cached
         return []
-    with os.scandir(root) as it:
-        return sorted((e for e in it if parse_name(e.name)), key=lambda e: e.name)
 
 
 def inventory(tree: Tree, root: Path | None = None) -> list[Build]:
     """Every compress-plan build in the cache and, as far as it can be told, what it came from."""
-    root = cache_root() if root is None else root
+    return _inventory(tree, planner_entries(cache_root() if root is None else root))
+
+
+def _inventory(tree: Tree, entries: list[os.DirEntry[str]]) -> list[Build]:
+    if not entries:
+        return []  # the cache is listed first: no candidate source is computed for nothing
     sources = tree_sources(tree)
-    hashes = _hashes(tree, sources)
+    schemes = {parse_name(e.name)[0] for e in entries}  # type: ignore[index]
+    hashes = _hashes(tree, sources, schemes)
     kernel = (tree.kernel_root.resolve() / "csrc" / CUDA_FILE).resolve()
-    return [_build(e, hashes, sources, kernel) for e in planner_entries(root)]
+    return [_build(e, hashes, sources, kernel) for e in entries]
 
 
-def _hashes(tree: Tree, sources: dict[str, bytes]) -> dict[tuple[str, str], str]:
-    """(scheme, src16) -> source label, for the schemes that hash content."""
+def _hashes(
+    tree: Tree, sources: dict[str, bytes], present: set[Scheme]
+) -> dict[tuple[str, str], str]:
+    """(scheme, src16) -> source label, for the content-hashing schemes that have entries."""
     out: dict[tuple[str, str], str] = {}
     schemes: tuple[Scheme, ...] = ("content-name", "content-dir")
-    for scheme in schemes:
+    for scheme in (s for s in schemes if s in present):
         for label, data in sources.items():
             out.setdefault((scheme, source_hash(tree, data, scheme)), label)
     return out
+
+
+def _kind(entry: os.DirEntry[str]) -> Kind:
+    try:
+        if entry.is_symlink():
+            return "link" if stat.S_ISDIR(os.stat(entry.path).st_mode) else "dangling link"
+        if not entry.is_dir(follow_symlinks=False):
+            return "not a folder"
+        with os.scandir(entry.path) as it:
+            return "folder" if next(it, None) is not None else "empty folder"
+    except OSError:  # a link loop, a vanished entry: nothing a loader can take a .so from
+        return "dangling link" if os.path.islink(entry.path) else "folder"
 
 
 def _build(
@@ -474,14 +630,17 @@ def _build(
     assert parsed is not None
     scheme, parts = parsed
     path = Path(entry.path)
-    link = entry.is_symlink()
+    kind = _kind(entry)
+    link = kind in ("link", "dangling link")
 
     def build(origin: Origin, detail: str, sha: str | None, has_so: bool = False) -> Build:
         return Build(path, scheme, parts.get("src"), parts.get("arch"), parts.get("tvmffi"),
-                     origin, detail, sha, link, has_so)  # fmt: skip
+                     origin, detail, sha, link, has_so, kind)  # fmt: skip
 
     if link:
-        return build("cannot tell", "a link: never followed", None)
+        return build("cannot tell", f"a {kind}: never followed", None)
+    if kind == "not a folder":
+        return build("cannot tell", "not a folder: named like a build, holds none", None)
     has_so = _lexists(path / f"{_module_of(entry.name, scheme)}.so")
     if scheme == "tvmffi-default":
         return build(*_origin_by_path(path, sources, kernel), has_so)
@@ -544,20 +703,12 @@ def _origin_by_path(
 
 
 def _included_kernel(path: Path) -> str | None:
-    text = _read_nofollow(path / "cuda.cu")
-    if text is None:
+    data = read_capped(path / "cuda.cu")
+    if data is None:
         return None
+    text = data.decode("utf-8", errors="replace")
     m = re.search(r'^#include "([^"]+c_plan\.cuh)"$', text, re.MULTILINE)
     return m.group(1) if m else None
-
-
-def _read_nofollow(path: Path, limit: int = 1 << 20) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read(limit).decode("utf-8", errors="replace")
 
 
 def _lexists(path: Path) -> bool:
@@ -566,27 +717,21 @@ def _lexists(path: Path) -> bool:
 
 def read_sidecar(build: Path) -> dict[str, Any] | None:
     """Our note in a build dir, if it still describes the .so beside it (else None)."""
-    text = _read_nofollow(build / SIDECAR)
-    if text is None:
+    data = read_capped(build / SIDECAR)
+    if data is None:
         return None
     try:
-        note = json.loads(text)
-    except ValueError:
+        note = json.loads(data)
+    except (ValueError, RecursionError):
         return None
-    so = build / str(note.get("so", ""))
-    if not isinstance(note, dict) or not so.is_file() or so.is_symlink():
+    if not isinstance(note, dict) or not isinstance(note.get("so"), str):
         return None
-    if _sha256_path(so) != note.get("so_sha256"):
-        return None  # rebuilt since we wrote it: the note no longer speaks for the .so
+    so = note["so"]
+    if "/" in so or so in ("", ".", ".."):
+        return None
+    if _sha256_path(build / so) != note.get("so_sha256"):
+        return None  # rebuilt since we wrote it (or not a regular file): it no longer speaks
     return note
-
-
-def _sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write_sidecar(build: Path, so: Path, note: dict[str, Any]) -> None:
@@ -603,26 +748,33 @@ def stale_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]
     """This tree's compress-plan builds not provably built from its current kernel bytes.
 
     That is builds of the other variants (the racy original above all) and, on 0.5.12, builds
-    for this tree's path whose bytes cannot be told. Builds of other trees are left alone.
+    for this tree's path whose bytes cannot be told. Builds of other trees are left alone, and
+    so are entries a loader cannot take a .so from (an empty folder, a file named like a build).
     """
-    if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+    return _stale(tree, planner_entries(cache_root(cache_dir)))
+
+
+def _stale(tree: Tree, entries: list[os.DirEntry[str]]) -> list[Build]:
+    if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
         return []
     current = sha256_file(tree.kernel_path)
     return [
         b
-        for b in inventory(tree, cache_root(cache_dir))
-        if b.ours and (b.origin == "cannot tell" or b.origin_sha256 != current)
+        for b in _inventory(tree, entries)
+        if b.ours and b.loadable and (b.origin == "cannot tell" or b.origin_sha256 != current)
     ]
 
 
 def racy_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]:
     """Stale builds that are (or may be) the racy original, while the tree's kernel is fixed.
 
-    This is what ``verify`` fails on (Exit.STALE_BUILD) and ``status`` reports.
+    This is what ``verify`` fails on (Exit.STALE_BUILD) and ``status`` reports. The cache is
+    listed first; the kernel is classified and hashed only when a planner entry exists.
     """
     from sglang_dsv4_fix.kernel import classify
 
-    if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+    entries = planner_entries(cache_root(cache_dir))
+    if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
         return []
     try:
         variant = classify(tree.kernel_path.read_text(encoding="utf-8")).variant
@@ -630,7 +782,7 @@ def racy_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]:
         return []
     if variant not in ("no-init", "barrier"):
         return []
-    return [b for b in stale_builds(tree, cache_dir) if b.origin in ("original", "cannot tell")]
+    return [b for b in _stale(tree, entries) if b.origin in ("original", "cannot tell")]
 
 
 def stale_message(tree: Tree, cache_dir: str | Path | None = None) -> str | None:
@@ -668,158 +820,26 @@ def status_line(tree: Tree, cache_dir: str | Path | None = None) -> str:
     return f"{root}: planner builds of this tree: {counts}" + (f"; {stale}" if stale else "")
 
 
-# --------------------------------------------------------------------------- safe removal
+# --------------------------------------------------------------------------- kept for callers
+# Removal lives in sglang_dsv4_fix/cacheclean.py (writers); printing in commands/clear_cache.py.
 
 
 def checked_root(root: Path) -> Path | None:
-    """``root`` if it is safe to clear; None if it does not exist; FatalError(REFUSED) if not a
-    TVM-FFI cache, or ``/``, or the home folder or one above it."""
-    resolved = Path(os.path.abspath(root)).resolve()
-    home = Path.home().resolve()
-    if resolved == Path("/") or resolved == home or resolved in home.parents:
-        raise FatalError(
-            f"refusing to clear {resolved}: that is / or the home folder", Exit.REFUSED
-        )
-    if not os.path.lexists(resolved):
-        return None
-    if not resolved.is_dir():
-        raise FatalError(f"refusing to clear {root}: not a folder", Exit.REFUSED)
-    with os.scandir(resolved) as it:
-        entries = [e for e in it if not e.name.startswith(TRASH)]
-    if entries and not any(is_build_dir(e) for e in entries):
-        raise FatalError(
-            f"refusing to clear {root}: not a TVM-FFI cache (no entry holds a build: "
-            f"{', '.join(BUILD_MARKERS)} or a .so)",
-            Exit.REFUSED,
-        )
-    return resolved
+    """See :func:`sglang_dsv4_fix.cacheclean.checked_root`."""
+    from sglang_dsv4_fix import cacheclean
 
-
-def is_build_dir(entry: os.DirEntry[str]) -> bool:
-    if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
-        return False
-    return any(os.path.lexists(os.path.join(entry.path, m)) for m in BUILD_MARKERS) or any(
-        n.endswith(".so") for n in os.listdir(entry.path)
-    )
-
-
-@dataclass(frozen=True)
-class Removal:
-    path: Path
-    outcome: Literal["removed", "would remove", "busy", "gone"]
-    detail: str = ""
+    return cacheclean.checked_root(root)
 
 
 def remove_entries(root: Path, paths: Iterable[Path], dry_run: bool = False) -> list[Removal]:
-    """Remove build dirs (and links: the link only) from ``root`` so that a loader racing us never
-    crashes: a build whose lock is held (being compiled now) is left alone; the others are renamed
-    aside under their lock, an empty dir is left at the old name for half a second so a loader
-    that began waiting on the lock then finds a folder to build in, then the renamed copy is
-    deleted (an mmapped .so stays valid for processes that loaded it)."""
-    out: list[Removal] = []
-    placeholders: list[Path] = []
-    trash: list[Path] = []
-    for path in paths:
-        if path.parent != root:
-            raise FatalError(f"refusing to remove {path}: not directly inside {root}", Exit.REFUSED)
-        if dry_run:
-            out.append(Removal(path, "would remove"))
-            continue
-        result, aside = _move_aside(path)
-        out.append(result)
-        if aside is not None:
-            trash.append(aside)
-            placeholders.append(path)
-    if placeholders:
-        time.sleep(0.5)
-        for p in placeholders:
-            with contextlib.suppress(OSError):
-                os.rmdir(p)  # fails (kept) if a loader started building into it meanwhile
-    for t in [*trash, *_old_trash(root, trash)]:
-        shutil.rmtree(t, ignore_errors=True)
-    return out
+    """See :func:`sglang_dsv4_fix.cacheclean.remove_entries`."""
+    from sglang_dsv4_fix import cacheclean
 
-
-def _move_aside(path: Path) -> tuple[Removal, Path | None]:
-    if not os.path.lexists(path):
-        return Removal(path, "gone", "already gone"), None
-    if path.is_symlink():
-        os.unlink(path)  # the link only; never what it points to
-        return Removal(path, "removed", "link removed (its target left alone)"), None
-    aside = path.with_name(f"{TRASH}{path.name}-{secrets.token_hex(4)}")
-    with _build_lock(path) as locked:
-        if not locked:
-            return Removal(path, "busy", "a loader holds its lock (compiling now): left"), None
-        os.rename(path, aside)
-        with contextlib.suppress(OSError):
-            os.mkdir(path)
-    return Removal(path, "removed"), aside
-
-
-@contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[bool]:
-    """tvm-ffi's own advisory lock on ``<build>/lock``, non-blocking; True if we hold it."""
-    try:
-        fd = os.open(path / "lock", os.O_WRONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ELOOP):
-            yield True  # no lock file: nobody is building (or a link we never open)
-            return
-        raise
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
-
-
-def _old_trash(root: Path, skip: list[Path]) -> list[Path]:
-    with os.scandir(root) as it:
-        return [
-            Path(e.path)
-            for e in it
-            if e.name.startswith(TRASH) and Path(e.path) not in skip and not e.is_symlink()
-        ]
-
-
-def whole_cache(root: Path) -> list[Path]:
-    """``--all``: every build dir and link in the cache (other files are left alone)."""
-    with os.scandir(root) as it:
-        return sorted(
-            Path(e.path)
-            for e in it
-            if not e.name.startswith(TRASH) and (e.is_symlink() or is_build_dir(e))
-        )
-
-
-def count_modules(root: Path) -> int:
-    """Build dirs a full wipe would force to recompile (each is one JIT module + arch)."""
-    return len(whole_cache(root)) if root.is_dir() else 0
-
-
-# --------------------------------------------------------------------------- apply/revert seam
+    return cacheclean.remove_entries(root, paths, dry_run)
 
 
 def after_kernel_change(tree: Tree, old_sha256: str, new_sha256: str, args: Any) -> list[Removal]:
-    """Called by apply/revert after the kernel's bytes changed: drop this tree's stale planner
-    builds (not the rest of the cache) unless ``--no-clear-cache``. Never fails the write."""
-    if getattr(args, "no_clear_cache", False) or old_sha256 == new_sha256:
-        return []
-    try:
-        root = checked_root(cache_root(getattr(args, "cache_dir", None)))
-        if root is None:
-            return []
-        done = remove_entries(root, [b.path for b in stale_builds(tree, root)])
-    except (FatalError, OSError) as e:
-        print(f"sglang-dsv4-fix: warning: JIT cache not cleared: {e}", file=sys.stderr)
-        return []
-    for r in done:
-        print(
-            f"jit cache: {r.outcome}: {r.path}" + (f" ({r.detail})" if r.detail else ""),
-            file=sys.stderr,
-        )
-    return done
+    """See :func:`sglang_dsv4_fix.commands.clear_cache.after_kernel_change` (which prints)."""
+    from sglang_dsv4_fix.commands import clear_cache
+
+    return clear_cache.after_kernel_change(tree, old_sha256, new_sha256, args)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
+import os
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -154,12 +158,49 @@ def test_parse_capability() -> None:
 # --------------------------------------------------------------------------- inventory
 
 
+@contextlib.contextmanager
+def scoped_env(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@functools.cache
+def tvmffi_ninja(module: str) -> str:
+    """build.ninja exactly as the installed apache-tvm-ffi generates it for a load_inline of
+    ``module`` (its main.cpp + cuda.cu), from tvm-ffi's own generator."""
+    from tvm_ffi.cpp.extension import _generate_ninja_build
+
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")
+    with scoped_env({"TVM_FFI_CUDA_ARCH_LIST": "9.0a", "CUDA_HOME": cuda}):
+        return _generate_ninja_build(
+            name=module,
+            extra_cflags=["-std=c++20", "-O3"],
+            extra_cuda_cflags=["-DSGL_CUDA_ARCH=900", "-std=c++20", "-O3"],
+            extra_ldflags=[],
+            extra_include_paths=[],
+            sources=["main.cpp", "cuda.cu"],
+            backend="cuda",
+        )
+
+
 def lay_build(root: Path, name: str, module: str, cuda_cu: str = "") -> Path:
-    """A build dir as tvm-ffi leaves it (lock, build.ninja, cuda.cu, the .so)."""
+    """A build dir as tvm-ffi and ninja leave it: lock, main.cpp, cuda.cu, tvm-ffi's own
+    build.ninja, the objects and depfiles, ninja's log and deps, the .so."""
     d = root / name
     d.mkdir(parents=True)
-    for f in ("lock", "build.ninja", "main.cpp"):
+    for f in ("lock", "main.cpp", "cpp_0.o", "cuda_0.o", "cpp_0.o.d", "cuda_0.o.d"):
         (d / f).write_text("")
+    (d / ".ninja_log").write_text("# ninja log v6\n")
+    (d / ".ninja_deps").write_bytes(b"# ninjadeps\n")
+    (d / "build.ninja").write_text(tvmffi_ninja(module))
     (d / "cuda.cu").write_text(cuda_cu)
     (d / f"{module}.so").write_bytes(b"\x7fELF not really")
     return d
@@ -192,7 +233,7 @@ def test_inventory_tells_each_build_origin(
         "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef__arch_9.0a__tvmffi_0.1.11",
         "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef",
     )
-    lay_build(root, "sgl_kernel_jit_other_module_0123456789abcdef", "x")
+    lay_build(root, "sgl_kernel_jit_other_module_0123456789abcdef", "sgl_kernel_jit_other_module")
     got = {b.origin for b in jitcache.inventory(tree, root)}
     assert got == {"original", "no-init", "barrier", "other"}
     # the racy tree: fixed builds are stale (not its bytes), the original is current

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
-from sglang_dsv4_fix import jitcache
+from sglang_dsv4_fix import cacheclean, jitcache
+from sglang_dsv4_fix.cacheclean import Removal
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
-from sglang_dsv4_fix.errors import Exit
+from sglang_dsv4_fix.errors import Exit, FatalError
 
 HELP = """\
 Default: remove only this tree's compress-plan builds that are not provably built from the
 kernel's current bytes (the racy original after apply, the fix after revert, and on 0.5.12 any
 build of this tree whose bytes cannot be told). Builds of other kernels and of other trees stay,
 so the next server start recompiles one module (~9 s), not every JIT kernel.
---all removes every build folder in the cache (what `rm -rf ~/.cache/tvm-ffi` did, done safely).
-Refuses /, the home folder and folders that are not a TVM-FFI cache; never follows links; a build
-being compiled right now (its lock held) is left in place; others are renamed aside, then deleted."""
+--all removes every JIT build in the cache (what `rm -rf ~/.cache/tvm-ffi` did, done safely).
+Only folders that are tvm-ffi builds by name and files go, only from a folder that holds one;
+/, the home folder, an empty TVM_FFI_CACHE_DIR (the current folder to tvm-ffi) are refused; a
+link goes only if it leads to a build (the link, never its target); a build being compiled
+right now (its lock held) is left in place; others are renamed aside, then deleted. Anything
+left that was asked for exits 6 with the reason."""
 
 
 def add_cache_dir(parser: argparse.ArgumentParser) -> None:
@@ -47,15 +52,36 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    root = jitcache.checked_root(jitcache.cache_root(args.cache_dir))
+    root = cacheclean.clear_root(args.cache_dir)
     tree = None if args.all and args.tree is None else tree_of(args)
     if root is None:
         return _report(args, tree, jitcache.cache_root(args.cache_dir), [], [], "no cache folder")
     builds = [] if tree is None else _builds(tree, root)
     stale = [] if tree is None or not builds else jitcache.stale_builds(tree, root)
-    targets = jitcache.whole_cache(root) if args.all else [b.path for b in stale]
-    done = jitcache.remove_entries(root, targets, dry_run=args.dry_run)
+    targets = cacheclean.whole_cache(root) if args.all else [b.path for b in stale]
+    done = cacheclean.remove_entries(root, targets, dry_run=args.dry_run)
     return _report(args, tree, root, builds, done, "")
+
+
+def after_kernel_change(
+    tree: Any, old_sha256: str, new_sha256: str, args: argparse.Namespace
+) -> list[Removal]:
+    """apply/revert, after the kernel's bytes changed: drop this tree's stale planner builds
+    (not the rest of the cache) unless ``--no-clear-cache``, and say so on stderr. Never fails
+    the write: a refused or unreadable cache is a warning."""
+    if getattr(args, "no_clear_cache", False) or old_sha256 == new_sha256:
+        return []
+    try:
+        done = cacheclean.clear_stale(tree, getattr(args, "cache_dir", None))
+    except (FatalError, OSError) as e:
+        print(f"sglang-dsv4-fix: warning: JIT cache not cleared: {e}", file=sys.stderr)
+        return []
+    for r in done:
+        print(
+            f"jit cache: {r.outcome}: {r.path}" + (f" ({r.detail})" if r.detail else ""),
+            file=sys.stderr,
+        )
+    return done
 
 
 def _builds(tree: Any, root: Path) -> list[jitcache.Build]:
@@ -69,10 +95,9 @@ def _report(
     tree: Any,
     root: Path,
     builds: list[jitcache.Build],
-    done: list[jitcache.Removal],
+    done: list[Removal],
     note: str,
 ) -> int:
-    busy = [r for r in done if r.outcome == "busy"]
     payload = {
         **(tree_dict(tree) if tree is not None else {}),
         "cache_dir": str(root),
@@ -90,4 +115,4 @@ def _report(
     if not done and not note:
         lines.append("  nothing to remove")
     emit(args, payload, lines)
-    return int(Exit.REFUSED if busy else Exit.OK)
+    return int(Exit.REFUSED if any(r.refused for r in done) else Exit.OK)
