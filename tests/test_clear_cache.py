@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -601,3 +605,94 @@ def test_the_cache_is_listed_before_any_source_is_computed(
     lay_build(root, "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef", MODULE)
     with pytest.raises(AssertionError, match="computed before the cache was listed"):
         jitcache.racy_builds(tree, root)  # a planner entry: now the sources are needed
+
+
+# --------------------------------------------------------------------------- the kill loop
+
+
+def _counted(frame: types.FrameType) -> bool:
+    """A call made by the removal itself (cacheclean, and fsops' fsync for it). The reads it
+    makes through jitcache change nothing on disk: a kill there equals one before the next step."""
+    name = frame.f_code.co_filename
+    return name.endswith(("/sglang_dsv4_fix/cacheclean.py", "/sglang_dsv4_fix/fsops.py"))
+
+
+def _fs_call(fn: object) -> bool:
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, types.ModuleType):
+        return owner.__name__ in ("posix", "os", "fcntl")
+    return isinstance(owner, io.IOBase)
+
+
+def run_killed(argv: list[str], kill_at: int | None) -> tuple[bool, int]:
+    """(killed, steps) of ``main(argv)`` in a forked child that SIGKILLs itself right before
+    its file-system call number ``kill_at`` inside the removal (every os/fcntl/io call)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        code = 99
+        try:
+            os.close(r)
+            steps = 0
+
+            def hook(frame: types.FrameType, event: str, arg: object) -> None:
+                nonlocal steps
+                if event == "c_call" and _fs_call(arg) and _counted(frame):
+                    steps += 1
+                    if steps == kill_at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+
+            with (
+                open(os.devnull, "w") as null,
+                contextlib.redirect_stdout(null),
+                contextlib.redirect_stderr(null),
+            ):
+                sys.setprofile(hook)
+                code = main(argv)
+                sys.setprofile(None)
+            os.write(w, str(steps).encode())
+        finally:
+            os._exit(code)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(r) as f:
+        reported = f.read()
+    if os.WIFSIGNALED(status):
+        assert os.WTERMSIG(status) == signal.SIGKILL
+        return True, -1
+    assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)
+    return False, int(reported)
+
+
+@pytest.mark.slow
+def test_clear_cache_killed_at_every_step(
+    laid: tuple[Tree, Path, dict[str, Path]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """sglang-dsv4-fix#13.5: SIGKILL clear-cache before each of its file-system steps. After every
+    kill verify says 0 or 5 (never wedged on leftovers), the next clear-cache exits 0 and leaves
+    exactly the builds that are not stale, nothing of ours, and a passing verify."""
+    tree, root, builds = laid
+    monkeypatch.setattr(cacheclean, "PLACEHOLDER_SECONDS", 0.02)  # the window, not its length
+    assert main(["apply", "--tree", str(tree.root), "--no-clear-cache"]) == 0
+    template = tmp_path / "template"
+    shutil.copytree(root, template, symlinks=True)
+    kept = {k: snapshot(builds[k]) for k in ("no-init", "foreign", "unrelated")}
+    argv = ["clear-cache", "--tree", str(tree.root)]
+    killed, steps = run_killed(argv, None)
+    assert not killed and 20 < steps < 200, steps
+    start = time.monotonic()
+    for n in range(1, steps + 1):
+        shutil.rmtree(root)
+        shutil.copytree(template, root, symlinks=True)
+        assert run_killed(argv, n)[0], n
+        assert main(["verify", "--tree", str(tree.root)]) in (0, 5), n
+        assert main(argv) == 0, (n, capsys.readouterr())
+        assert present(builds) == set(kept), n
+        assert {k: snapshot(builds[k]) for k in kept} == kept, n
+        assert sorted(p.name for p in root.iterdir()) == sorted(builds[k].name for k in kept), n
+        assert main(["verify", "--tree", str(tree.root)]) == 0, n
+        capsys.readouterr()
+    assert time.monotonic() - start < 240
