@@ -757,12 +757,33 @@ def stale_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]
 def _stale(tree: Tree, entries: list[os.DirEntry[str]]) -> list[Build]:
     if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
         return []
+    suspects = _not_current(tree, entries)
+    if not suspects:
+        return []  # e.g. only the prewarmed fix: no other candidate source is computed
     current = sha256_file(tree.kernel_path)
     return [
         b
-        for b in _inventory(tree, entries)
+        for b in _inventory(tree, suspects)
         if b.ours and b.loadable and (b.origin == "cannot tell" or b.origin_sha256 != current)
     ]
+
+
+def _not_current(tree: Tree, entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
+    """Entries not provably built from the current kernel's bytes: a folder whose name carries
+    the hash of the current bytes is, by the loader's own naming, built from them."""
+    assert tree.kernel_path is not None
+    data = tree.kernel_path.read_bytes()
+    own: dict[Scheme, str] = {}
+    out = []
+    for entry in entries:
+        scheme, parts = parse_name(entry.name)  # type: ignore[misc]
+        if scheme in _QUOTED and not entry.is_symlink():
+            if scheme not in own:
+                own[scheme] = source_hash(tree, data, scheme)
+            if parts["src"] == own[scheme]:
+                continue
+        out.append(entry)
+    return out
 
 
 def racy_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]:
@@ -771,11 +792,11 @@ def racy_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]:
     This is what ``verify`` fails on (Exit.STALE_BUILD) and ``status`` reports. The cache is
     listed first; the kernel is classified and hashed only when a planner entry exists.
     """
-    from sglang_dsv4_fix.kernel import classify
-
     entries = planner_entries(cache_root(cache_dir))
     if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
         return []
+    from sglang_dsv4_fix.kernel import classify
+
     try:
         variant = classify(tree.kernel_path.read_text(encoding="utf-8")).variant
     except (UnicodeDecodeError, OSError):

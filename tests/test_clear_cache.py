@@ -16,7 +16,9 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_jitcache import lay_build, real_dir, variant_tree
@@ -585,26 +587,37 @@ def test_a_loader_polling_the_lock_finds_the_placeholder(
 def test_the_cache_is_listed_before_any_source_is_computed(
     tree_factory: TreeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """sglang-dsv4-fix#10/#11: an empty cache, or one without planner builds, costs a listing."""
+    """sglang-dsv4-fix#10/#11: an empty cache, or one without planner builds, costs a listing;
+    one holding only the current kernel's build costs one source hash."""
     tree = variant_tree(tree_factory, "0.5.16", tmp_path / "sp", "no-init")
     root = tmp_path / "cache"
-    MODULE = jitcache.MODULE
+    fixed = real_dir(tree, "no-init", root)  # the name the release's own code gives the fix
+    originals = {"tree_sources": jitcache.tree_sources, "source_hash": jitcache.source_hash}
+    armed = set(originals)
 
-    def computed(*_: object) -> None:
-        raise AssertionError("computed before the cache was listed")
+    def guard(name: str) -> Callable[..., Any]:
+        def call(*a: Any) -> Any:
+            if name in armed:
+                raise AssertionError(f"{name} computed before the cache was listed")
+            return originals[name](*a)
 
-    monkeypatch.setattr(jitcache, "tree_sources", computed)
-    monkeypatch.setattr(jitcache, "source_hash", computed)
-    monkeypatch.setattr("sglang_dsv4_fix.kernel.classify", computed)
+        return call
+
+    for name in originals:
+        monkeypatch.setattr(jitcache, name, guard(name))
     for _ in range(2):  # no folder; then a cache holding another module's build only
         assert jitcache.racy_builds(tree, root) == []
         assert jitcache.stale_builds(tree, root) == []
         assert jitcache.inventory(tree, root) == []
         if not root.exists():
             lay_build(root, "sgl_kernel_jit_rope_0123456789abcdef", "sgl_kernel_jit_rope")
-    lay_build(root, "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef", MODULE)
-    with pytest.raises(AssertionError, match="computed before the cache was listed"):
-        jitcache.racy_builds(tree, root)  # a planner entry: now the sources are needed
+    lay_build(root, *fixed)  # as after prewarm: its name is the current bytes' hash
+    armed.discard("source_hash")
+    assert jitcache.racy_builds(tree, root) == []
+    assert jitcache.stale_builds(tree, root) == []
+    lay_build(root, "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef", jitcache.MODULE)
+    with pytest.raises(AssertionError, match="tree_sources computed before"):
+        jitcache.racy_builds(tree, root)  # a planner entry of unknown bytes: sources needed
 
 
 # --------------------------------------------------------------------------- the kill loop
