@@ -445,7 +445,7 @@ def test_a_fifo_in_a_build_never_hangs(
     t = str(tree.root)
     verify = cli("verify", "--tree", t)
     assert verify.returncode == 5, verify.stderr
-    assert "STALE BUILD: the kernel is fixed but 1 racy (or untellable) planner build(s) " in (
+    assert "STALE BUILD: the kernel is verified (no-init) but 1 racy (or untellable) planner build(s) " in (
         verify.stdout
     )
     assert cli("status", "--tree", t).returncode == 0
