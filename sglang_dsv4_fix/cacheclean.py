@@ -170,7 +170,10 @@ def remove_entries(root: Path, paths: Iterable[Path], dry_run: bool = False) -> 
         out = finish_pending(root)
         moved: list[tuple[Path, Path]] = []
         for path in targets:
-            result, aside = _move_aside(path)
+            try:
+                result, aside = _move_aside(path)
+            except OSError as e:  # read-only or full filesystem, a vanished folder: one line
+                result, aside = Removal(path, "left", f"cannot move it aside ({e.strerror})"), None
             out.append(result)
             if aside is not None:
                 moved.append((path, aside))
@@ -178,7 +181,9 @@ def remove_entries(root: Path, paths: Iterable[Path], dry_run: bool = False) -> 
             time.sleep(PLACEHOLDER_SECONDS)
         for placeholder, aside in moved:
             _drop_placeholder(placeholder)
-            _delete_trash(aside)
+            problem = _delete_trash(aside)
+            if problem:
+                out.append(Removal(aside, "left", problem))
     return out
 
 
@@ -256,20 +261,26 @@ def _root_lock(root: Path) -> Iterator[None]:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         deadline = time.monotonic() + ROOT_LOCK_SECONDS
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise FatalError(
-                        f"{root}: another sglang-dsv4-fix is clearing this cache; try again",
-                        Exit.REFUSED,
-                    ) from None
-                time.sleep(0.05)
+        while not _try_lock(fd, root):
+            if time.monotonic() > deadline:
+                raise FatalError(
+                    f"{root}: another sglang-dsv4-fix is clearing this cache; try again",
+                    Exit.REFUSED,
+                )
+            time.sleep(0.05)
         yield
     finally:
         os.close(fd)
+
+
+def _try_lock(fd: int, root: Path) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as e:  # e.g. ENOLCK on a network filesystem
+        raise FatalError(f"{root}: cannot lock it ({e.strerror})", Exit.REFUSED) from e
+    return True
 
 
 def _drop_placeholder(placeholder: Path) -> None:
@@ -288,22 +299,30 @@ def _delete_trash(trash: Path) -> str | None:
         return None  # another run finished it
     except OSError as e:
         return f"cannot open it ({e.strerror})"
-    odd: list[str] = []
     try:
-        for name in os.listdir(fd):
-            mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-            if module and stat.S_ISREG(mode) and jitcache.tvmffi_file(name, module):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name, dir_fd=fd)
-            else:
-                odd.append(name)
+        odd = _unlink_build_files(fd, module)
+        if odd:
+            return f"holds {', '.join(sorted(odd)[:3])}, which tvm-ffi does not write: left"
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(trash)
+    except OSError as e:
+        return f"cannot delete it ({e.strerror}): left"
     finally:
         os.close(fd)
-    if odd:
-        return f"holds {', '.join(sorted(odd)[:3])}, which tvm-ffi does not write: left"
-    with contextlib.suppress(FileNotFoundError):
-        os.rmdir(trash)
     return None
+
+
+def _unlink_build_files(fd: int, module: str | None) -> list[str]:
+    """Unlink, inside the folder open as ``fd``, the regular files tvm-ffi writes; the rest."""
+    odd: list[str] = []
+    for name in os.listdir(fd):
+        mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+        if module and stat.S_ISREG(mode) and jitcache.tvmffi_file(name, module):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=fd)
+        else:
+            odd.append(name)
+    return odd
 
 
 def finish_pending(root: Path) -> list[Removal]:
