@@ -424,7 +424,7 @@ def fixed_tree_with(
 
 
 def swap_for_fifo(path: Path) -> None:
-    path.unlink()
+    path.unlink(missing_ok=True)
     os.mkfifo(path)
 
 
@@ -433,6 +433,11 @@ def swap_for_fifo(path: Path) -> None:
     [
         ("0.5.12", "cuda.cu", "not a tvm-ffi build: its 'cuda.cu' is not a regular file"),
         ("0.5.16", "lock", "not a tvm-ffi build: its 'lock' is not a regular file"),
+        (
+            "0.5.12",
+            jitcache.SIDECAR,
+            "not a tvm-ffi build: its '.sglang-dsv4-fix.json' is not a regular file",
+        ),
     ],
 )
 def test_a_fifo_in_a_build_never_hangs(
