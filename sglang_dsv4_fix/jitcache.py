@@ -34,7 +34,7 @@ from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
 from sglang_dsv4_fix.tree import Tree
 
 if TYPE_CHECKING:
-    from sglang_dsv4_fix.cacheclean import Removal
+    pass
 
 Scheme = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
 Origin = Literal["original", "no-init", "barrier", "current", "cannot tell", "other"]
@@ -839,28 +839,3 @@ def status_line(tree: Tree, cache_dir: str | Path | None = None) -> str:
         or "none"
     )
     return f"{root}: planner builds of this tree: {counts}" + (f"; {stale}" if stale else "")
-
-
-# --------------------------------------------------------------------------- kept for callers
-# Removal lives in sglang_dsv4_fix/cacheclean.py (writers); printing in commands/clear_cache.py.
-
-
-def checked_root(root: Path) -> Path | None:
-    """See :func:`sglang_dsv4_fix.cacheclean.checked_root`."""
-    from sglang_dsv4_fix import cacheclean
-
-    return cacheclean.checked_root(root)
-
-
-def remove_entries(root: Path, paths: Iterable[Path], dry_run: bool = False) -> list[Removal]:
-    """See :func:`sglang_dsv4_fix.cacheclean.remove_entries`."""
-    from sglang_dsv4_fix import cacheclean
-
-    return cacheclean.remove_entries(root, paths, dry_run)
-
-
-def after_kernel_change(tree: Tree, old_sha256: str, new_sha256: str, args: Any) -> list[Removal]:
-    """See :func:`sglang_dsv4_fix.commands.clear_cache.after_kernel_change` (which prints)."""
-    from sglang_dsv4_fix.commands import clear_cache
-
-    return clear_cache.after_kernel_change(tree, old_sha256, new_sha256, args)

@@ -194,7 +194,7 @@ def test_a_loader_waiting_on_the_lock_finds_a_folder(
     fd = os.open(target / "lock", os.O_WRONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)
     os.close(fd)  # released: now remove it while a "loader" recreates its lock meanwhile
-    done = jitcache.remove_entries(root, [target])
+    done = cacheclean.remove_entries(root, [target])
     assert [r.outcome for r in done] == ["removed"]
     assert not target.exists()  # placeholder removed again: nobody started building into it
 

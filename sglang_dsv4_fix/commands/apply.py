@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sglang_dsv4_fix import gitops, jitcache, state, transaction, verdict
+from sglang_dsv4_fix import gitops, state, transaction, verdict
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
-from sglang_dsv4_fix.commands.clear_cache import add_cache_options
+from sglang_dsv4_fix.commands.clear_cache import add_cache_options, after_kernel_change
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
 from sglang_dsv4_fix.state import KernelState
@@ -107,9 +107,7 @@ def _refuse_foreign_changes(args: argparse.Namespace, tree: Tree, current: Kerne
 def _after_write(tree: Tree, plan: transaction.Plan, args: argparse.Namespace) -> list[Any]:
     """Drop the now-stale JIT build of this kernel (the racy one, after a fix)."""
     assert plan.record is not None
-    return jitcache.after_kernel_change(
-        tree, plan.record.base_sha256, plan.record.result_sha256, args
-    )
+    return after_kernel_change(tree, plan.record.base_sha256, plan.record.result_sha256, args)
 
 
 def _commit(tree: Tree, plan: transaction.Plan) -> str:

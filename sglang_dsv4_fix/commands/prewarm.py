@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sglang_dsv4_fix import __version__, jitcache
+from sglang_dsv4_fix import __version__, cacheclean, jitcache
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
 from sglang_dsv4_fix.commands.clear_cache import add_cache_dir
 from sglang_dsv4_fix.errors import Exit, FatalError
@@ -178,9 +178,9 @@ def _build(tree: Tree, call: jitcache.LoadCall, root: Path, cuda_home: Path, dat
     import tvm_ffi.cpp
 
     if os.path.lexists(call.build_dir):  # 0.5.12: same dir as the racy build; start clean
-        checked = jitcache.checked_root(root)
+        checked = cacheclean.checked_root(root)
         assert checked is not None
-        jitcache.remove_entries(checked, [checked / call.build_dir.name])
+        cacheclean.remove_entries(checked, [checked / call.build_dir.name])
     start = time.monotonic()
     with _compile_env(call, root, cuda_home), _compile_errors():
         so = Path(

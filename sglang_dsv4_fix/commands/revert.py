@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sglang_dsv4_fix import gitops, jitcache, provenance, transaction
+from sglang_dsv4_fix import gitops, provenance, transaction
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
-from sglang_dsv4_fix.commands.clear_cache import add_cache_options
+from sglang_dsv4_fix.commands.clear_cache import add_cache_options, after_kernel_change
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _after_write(tree: Any, record: provenance.Provenance, args: argparse.Namespace) -> None:
     """Drop the now-stale JIT build of this kernel (the fixed one, after a revert)."""
-    jitcache.after_kernel_change(tree, record.result_sha256, record.base_sha256, args)
+    after_kernel_change(tree, record.result_sha256, record.base_sha256, args)
 
 
 def _commit(tree: Any, base_sha: str) -> None:
