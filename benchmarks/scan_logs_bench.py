@@ -1,18 +1,21 @@
-"""Benchmark: `sglang-dsv4-fix scan-logs` versus `grep -E` of the same patterns, on one generated log.
+"""Benchmark: `sglang-dsv4-fix scan-logs`, each engine, versus `grep -E` of the same patterns, one log.
 
-    python benchmarks/scan_logs_bench.py [--size-gb 2] [--dir /tmp] [--runs 2]
+    python benchmarks/scan_logs_bench.py [--size-gb 1] [--dir /tmp] [--runs 2] [--engines ...]
 
-Writes a multi-GB SGLang-style log (prefill/decode/HTTP lines, a few very long lines, planted
-failure signatures at known lines) into a temporary folder under --dir, then runs, in turn,
-`grep -E -c` with the signatures' patterns and the real CLI in a subprocess, --runs times each,
-after one untimed read so both see the file in the page cache. Prints MB/s, wall seconds, peak RSS
-(from wait4) and checks that scan-logs' matched-line count equals grep's and the planted count.
-Not a test: it takes about a minute per GB. The folder is removed at the end.
+Writes an SGLang-style log (prefill/decode/HTTP lines, a few very long lines, planted failure
+signatures at known lines) into a temporary folder under --dir, reads it once untimed so every
+arm sees it in the page cache, then per run times, in turn: `grep -E -c` with the signatures'
+patterns, the real CLI (`scan-logs --json --engine E`) for every engine installed here, and the
+fastest engine on the log named twice with `--jobs 1` and `--jobs 2` (two files in parallel).
+Prints MB/s, wall seconds, peak RSS and the ratio to grep's MB/s in the same run, and checks that
+every arm's matched-line count equals grep's and the planted count. The folder is removed at the
+end. Run it from outside the repository with the interpreter that has the package installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -23,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sglang_dsv4_fix.logscan import SIGNATURES
+from sglang_dsv4_fix.logscan import ENGINES, SIGNATURES
 
 BLOCK_LINES = 20_000
 PLANTED = (
@@ -129,16 +132,26 @@ def _hwm(pid: int) -> int:
     return next((int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM:")), 0)
 
 
+def installed_engines() -> list[str]:
+    modules = {"hyperscan": "hyperscan", "re2": "re2"}
+    return [e for e in ENGINES if e not in modules or importlib.util.find_spec(modules[e])]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-gb", type=float, default=2.0)
+    ap.add_argument("--size-gb", type=float, default=1.0)
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--engines", nargs="+", choices=list(ENGINES), default=installed_engines())
     args = ap.parse_args()
+    if not Path(args.dir).is_dir():
+        sys.exit(f"{ap.prog}: error: --dir {args.dir}: no such folder")
     size = int(args.size_gb * 1e9)
     free = shutil.disk_usage(args.dir).free
     if free < size * 1.5:
-        sys.exit(f"{args.dir}: {free / 1e9:.1f} GB free, need {size * 1.5 / 1e9:.1f} GB")
+        sys.exit(
+            f"{ap.prog}: error: {args.dir}: {free / 1e9:.1f} GB free, need {size * 1.5 / 1e9:.1f} GB"
+        )
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="scan-logs-bench.") as tmp:
         log = Path(tmp) / "server.log"
         t0 = time.perf_counter()
@@ -148,26 +161,44 @@ def main() -> int:
             f"({planted} planted signature lines)"
         )
         subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # page cache
-        mb = log.stat().st_size / 1e6
-        grep = ["grep", "-E", "-c", grep_pattern(), str(log)]
-        scan = [sys.executable, "-m", "sglang_dsv4_fix", "scan-logs", "--json", str(log)]
-        print(f"grep command: grep -E -c '{grep_pattern()}' server.log")
-        for run in range(1, args.runs + 1):
-            g_s, g_rss, g_out = timed(grep)
-            s_s, s_rss, s_out = timed(scan)
-            matched = json.loads(s_out)["matched_lines"]
+        return bench(log, planted, args.engines, args.runs)
+
+
+def bench(log: Path, planted: int, engines: list[str], runs: int) -> int:
+    mb = log.stat().st_size / 1e6
+    cli = [sys.executable, "-m", "sglang_dsv4_fix", "scan-logs", "--json"]
+    arms: list[tuple[str, list[str], int]] = [
+        (f"scan-logs --engine {e}", [*cli, "--engine", e, str(log)], 1) for e in engines
+    ]
+    best = engines[0]  # the order of ENGINES: fastest first
+    arms += [
+        (
+            f"{best}, 2 files --jobs {j}",
+            [*cli, "--engine", best, "--jobs", str(j), str(log), str(log)],
+            2,
+        )
+        for j in (1, 2)
+    ]
+    print(f"grep command: grep -E -c '{grep_pattern()}' server.log")
+    print(f"{'run arm':<40} {'MB/s':>6} {'x grep':>7} {'wall s':>7} {'RSS MiB':>8} {'lines':>6}")
+    ok = True
+    for run in range(1, runs + 1):
+        g_s, g_rss, g_out = timed(["grep", "-E", "-c", grep_pattern(), str(log)])
+        grep_mbs = mb / g_s
+        print(
+            f"{run} {'grep -E -c':<38} {grep_mbs:6.0f} {1:7.2f} {g_s:7.2f} {g_rss / 1024:8.0f} {int(g_out):6}"
+        )
+        for name, cmd, files in arms:
+            s, rss, out = timed(cmd)
+            matched = json.loads(out)["matched_lines"]
+            mbs = mb * files / s
             print(
-                f"run {run}: grep -E  {mb / g_s:7.0f} MB/s  {g_s:6.2f} s  {g_rss / 1024:5.0f} MiB RSS"
-                f"  {int(g_out)} lines"
+                f"{run} {name:<38} {mbs:6.0f} {mbs / grep_mbs:7.2f} {s:7.2f} {rss / 1024:8.0f} {matched:6}"
             )
-            print(
-                f"run {run}: scan-logs {mb / s_s:6.0f} MB/s  {s_s:6.2f} s  {s_rss / 1024:5.0f} MiB RSS"
-                f"  {matched} lines"
-            )
-            if not matched == int(g_out) == planted:
-                print(f"MISMATCH: planted {planted}, grep {int(g_out)}, scan-logs {matched}")
-                return 1
-    return 0
+            ok = ok and matched == int(g_out) * files == planted * files
+    if not ok:
+        print(f"MISMATCH: planted {planted}: an arm's matched-line count differs (see above)")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -6,24 +6,36 @@ kernels have no bounds check, so what operators see is an illegal memory access 
 watchdogs timing out. Those are the signatures below.
 
 Speed and memory: a log is read in fixed blocks (constant memory however long the log or a line).
-Each block is searched with ``bytes.find`` for a few literal anchors (C speed, GB/s each); only the
-lines holding an anchor go through the exact per-signature regular expressions. One alternation
-regex over every byte would be ~15x slower in CPython's ``re``.
+An engine finds, in each block, the lines that hold a signature and which ones:
+
+- ``hyperscan`` (the ``[fast]`` extra): every signature in one compiled database, one pass.
+- ``re2`` (google-re2, where hyperscan is missing): one alternation per block, then each
+  signature on the lines it hit.
+- ``python`` (no dependency, the fallback): ``bytes.find`` for a few literal anchors (C speed),
+  then CPython's ``re`` on the lines holding one. One alternation regex over every byte would be
+  ~15x slower in CPython's ``re``.
+
+None of the patterns can match a newline, so a match never spans two lines and every engine
+answers the same question: which lines hold which signatures (proved line for line in the tests).
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib
+import os
 import re
-from collections.abc import Iterable
+import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 BLOCK = (
     1 << 18
 )  # bytes read per step (256 KiB: the anchor passes stay in cache; 4 MiB is ~10% slower)
 MAX_LINE = 1 << 20  # a line longer than this is scanned in pieces (memory stays bounded)
 TEXT_LIMIT = 400  # characters of a matched line kept for the report
+MAX_RANKS = 256  # distinct ranks kept per signature
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,9 @@ SIGNATURES: tuple[Signature, ...] = (
         "device-assert",
         "device-side assert",
         "a bounds assert in a kernel fed with bad indices",
-        rb"device-side assert",
+        # cudaGetErrorString(cudaErrorAssert). Not a bare "device-side assert": PyTorch follows
+        # every CUDA error with "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+        rb"device-side assert triggered",
         rb"CUDA_ERROR_ASSERT",
         rb"cudaErrorAssert",
         rb"\] Assertion `",
@@ -92,7 +106,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"llegal memory access",
     b"ILLEGAL_ADDRESS",
     b"IllegalAddress",
-    b"device-side assert",
+    b"device-side assert triggered",
     b"ERROR_ASSERT",
     b"ErrorAssert",
     b"] Assertion `",
@@ -110,104 +124,129 @@ OVERLAP = 256  # bytes kept across a forced split of a very long line (longer th
 
 _RANK = re.compile(rb"\b(?:DP|PP|TP|EP|CP)\d+(?: (?:DP|PP|TP|EP|CP)\d+)*\]|\[[Rr]ank ?(\d+)\]")
 
-
-@dataclass
-class Occurrence:
-    source: str
-    line: int
-    text: str
+# (start, stop, signature ids) of one line of a block that holds at least one signature
+Hit = tuple[int, int, frozenset[str]]
 
 
-@dataclass
-class Finding:
-    signature: Signature
-    count: int = 0  # matching lines
-    first: Occurrence | None = None
-    last: Occurrence | None = None
-    ranks: set[str] = field(default_factory=set)
-
-
-@dataclass
-class Source:
+class Engine(Protocol):
     name: str
-    bytes: int = 0  # as read (compressed size for .gz)
-    lines: int = 0
+
+    def hits(self, data: bytes, end: int) -> list[Hit]:
+        """The lines of data[:end] holding a signature, in order; the last may end at ``end``."""
+        ...
 
 
-class Scanner:
-    """Accumulates findings over any number of streams."""
+class EngineUnavailable(Exception):
+    """The engine's module is not installed (or cannot run on this CPU)."""
 
-    def __init__(self, signatures: Iterable[Signature] = SIGNATURES) -> None:
-        self.findings = {s.id: Finding(s) for s in signatures}
-        self.sources: list[Source] = []
-        self.matched_lines = 0  # lines holding at least one signature (what `grep -c` counts)
 
-    @property
-    def found(self) -> list[Finding]:
-        return [f for f in self.findings.values() if f.count]
+class PythonEngine:
+    """Literal anchors with ``bytes.find``, then CPython's ``re`` on the lines holding one."""
 
-    def scan(self, stream: BinaryIO, name: str) -> Source:
-        """Scan one stream (plain or gzip) to its end."""
-        source = Source(name)
-        self.sources.append(source)
-        if _is_gzip(stream):
-            with gzip.GzipFile(fileobj=stream) as unzipped:
-                self._scan_plain(unzipped, source)  # type: ignore[arg-type]
-        else:
-            self._scan_plain(stream, source)
-        return source
+    name = "python"
 
-    def _scan_plain(self, stream: BinaryIO, source: Source) -> None:
-        pending = b""
-        line = 1  # number of the first line in `pending`
-        seen: tuple[int, set[str]] = (0, set())  # kinds already counted on a split long line
-        while block := stream.read(BLOCK):
-            source.bytes += len(block)
-            data = pending + block if pending else block
-            end = data.rfind(b"\n") + 1
-            if end == 0 and len(data) <= MAX_LINE:
-                pending = data
-                continue
-            split = end == 0  # a very long line: scan what we have, keep a small overlap
-            end = len(data) if split else end
-            seen = self._block(data, end, line, source.name, seen)
-            line += data.count(b"\n", 0, end)
-            pending = data[end - OVERLAP :] if split else data[end:]
-        if pending:
-            self._block(pending, len(pending), line, source.name, seen)
-            line += 1
-        source.lines = line - 1
+    def __init__(self, signatures: Sequence[Signature] = SIGNATURES) -> None:
+        self.signatures = tuple(signatures)
 
-    def _block(
-        self, data: bytes, end: int, line: int, name: str, seen: tuple[int, set[str]]
-    ) -> tuple[int, set[str]]:
-        """Scan data[:end], whose first line is number ``line``.
-
-        ``seen`` is (line number, kinds counted on it) of the last matched line so far: a very
-        long line scanned in pieces keeps its number, so it is counted once per kind.
-        """
-        pos, counted = 0, line  # data[pos] starts line number `counted`
+    def hits(self, data: bytes, end: int) -> list[Hit]:
+        found = []
         for start, stop in _anchored_lines(data, end):
-            counted += data.count(b"\n", pos, start)
-            pos = start
             text = data[start:stop]
-            kinds = {
-                f.signature.id for f in self.findings.values() if f.signature.pattern.search(text)
-            }
-            before = seen[1] if seen[0] == counted else set()
-            self.matched_lines += bool(kinds) and not before
-            seen = (counted, before | kinds)
-            for kind in kinds - before:
-                self._record(self.findings[kind], Occurrence(name, counted, _text(text)), text)
-        return seen
+            kinds = frozenset(s.id for s in self.signatures if s.pattern.search(text))
+            if kinds:
+                found.append((start, stop, kinds))
+        return found
 
-    @staticmethod
-    def _record(finding: Finding, where: Occurrence, raw: bytes) -> None:
-        finding.count += 1
-        finding.first = finding.first or where
-        finding.last = where
-        if len(finding.ranks) < 256 and (m := _RANK.search(raw)):
-            finding.ranks.add(f"rank{m[1].decode()}" if m[1] else m[0][:-1].decode())
+
+class HyperscanEngine:
+    """All signatures in one Hyperscan block-mode database (Intel's multi-pattern matcher)."""
+
+    name = "hyperscan"
+
+    def __init__(self, signatures: Sequence[Signature] = SIGNATURES) -> None:
+        hs = _import("hyperscan")
+        self.ids = [s.id for s in signatures]
+        self.db = hs.Database(mode=hs.HS_MODE_BLOCK)
+        try:
+            self.db.compile(
+                expressions=[s.pattern.pattern for s in signatures],
+                ids=list(range(len(self.ids))),
+                elements=len(self.ids),
+            )
+        except hs.error as e:  # e.g. a CPU without the instructions the library needs
+            raise EngineUnavailable(f"hyperscan cannot compile the signatures here ({e})") from e
+
+    def hits(self, data: bytes, end: int) -> list[Hit]:
+        lines: dict[int, tuple[int, set[int]]] = {}
+        current = [-1, -1]  # (start, stop) of the line of the last match
+
+        def on_match(index: int, _start: int, to: int, _flags: int, _context: object) -> None:
+            if not current[0] < to <= current[1]:  # a match ends inside its line, never at 0
+                current[0], current[1] = _line_around(data, to, end)
+            lines.setdefault(current[0], (current[1], set()))[1].add(index)
+
+        self.db.scan(memoryview(data)[:end], match_event_handler=on_match)
+        return [
+            (start, stop, frozenset(self.ids[i] for i in kinds))
+            for start, (stop, kinds) in sorted(lines.items())
+        ]
+
+
+class Re2Engine:
+    """google-re2: one alternation finds the next hit line, each signature then names it."""
+
+    name = "re2"
+
+    def __init__(self, signatures: Sequence[Signature] = SIGNATURES) -> None:
+        re2 = _import("re2")
+        self.each = [(s.id, re2.compile(s.pattern.pattern)) for s in signatures]
+        self.any = re2.compile(b"|".join(b"(?:%s)" % s.pattern.pattern for s in signatures))
+
+    def hits(self, data: bytes, end: int) -> list[Hit]:
+        found = []
+        pos = 0
+        while (m := self.any.search(data, pos, end)) is not None:
+            start, stop = _line_around(data, m.end(), end)
+            text = data[start:stop]
+            found.append((start, stop, frozenset(i for i, p in self.each if p.search(text))))
+            pos = stop
+        return found
+
+
+ENGINES: dict[str, Callable[[Sequence[Signature]], Engine]] = {
+    "hyperscan": HyperscanEngine,
+    "re2": Re2Engine,
+    "python": PythonEngine,
+}
+AUTO = ("hyperscan", "re2", "python")  # what "auto" tries, in order
+
+
+def engine(name: str = "auto", signatures: Sequence[Signature] = SIGNATURES) -> Engine:
+    """The named engine, or for "auto" the first of AUTO that is installed."""
+    if name != "auto":
+        return ENGINES[name](signatures)
+    for candidate in AUTO[:-1]:
+        try:
+            return ENGINES[candidate](signatures)
+        except EngineUnavailable:
+            continue
+    return PythonEngine(signatures)
+
+
+def _import(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise EngineUnavailable(
+            f"the {module} engine needs the {'google-re2' if module == 're2' else module} "
+            "package (the [fast] extra)"
+        ) from e
+
+
+def _line_around(data: bytes, to: int, end: int) -> tuple[int, int]:
+    """(start, stop) of the line of data[:end] in which a match ends at ``to``."""
+    stop = data.find(b"\n", to, end)
+    return data.rfind(b"\n", 0, to) + 1, end if stop == -1 else stop
 
 
 def _anchored_lines(data: bytes, end: int) -> list[tuple[int, int]]:
@@ -224,6 +263,142 @@ def _anchored_lines(data: bytes, end: int) -> list[tuple[int, int]]:
     return sorted(spans.items())
 
 
+@dataclass
+class Occurrence:
+    source: str
+    line: int
+    text: str
+
+
+@dataclass
+class Finding:
+    signature: Signature
+    count: int = 0  # matching lines
+    first: Occurrence | None = None
+    last: Occurrence | None = None
+    ranks: set[str] = field(default_factory=set)
+
+    def absorb(self, later: Finding) -> None:
+        """Add the finding of a later input (arguments keep their order)."""
+        if not later.count:
+            return
+        self.count += later.count
+        self.first = self.first or later.first
+        self.last = later.last
+        room = MAX_RANKS - len(self.ranks)
+        self.ranks |= set(sorted(later.ranks - self.ranks)[: max(room, 0)])
+
+
+@dataclass
+class Source:
+    name: str
+    bytes: int = 0  # as read (compressed size for .gz)
+    lines: int = 0
+    error: str | None = None  # why it could not be read to its end (what was read still counts)
+
+
+@dataclass
+class Report:
+    """What was found, over any number of inputs, in input order."""
+
+    signatures: Sequence[Signature] = SIGNATURES
+    findings: dict[str, Finding] = field(default_factory=dict)
+    sources: list[Source] = field(default_factory=list)
+    matched_lines: int = 0  # lines holding at least one signature (what `grep -c` counts)
+
+    def __post_init__(self) -> None:
+        self.findings = self.findings or {s.id: Finding(s) for s in self.signatures}
+
+    @property
+    def found(self) -> list[Finding]:
+        return [f for f in self.findings.values() if f.count]
+
+    @property
+    def failed(self) -> list[Source]:
+        return [s for s in self.sources if s.error is not None]
+
+    def absorb(self, later: Report) -> None:
+        for kind, finding in later.findings.items():
+            self.findings[kind].absorb(finding)
+        self.sources += later.sources
+        self.matched_lines += later.matched_lines
+
+
+class Scanner:
+    """Accumulates findings over any number of streams, with one engine."""
+
+    def __init__(
+        self, signatures: Sequence[Signature] = SIGNATURES, engine: Engine | None = None
+    ) -> None:
+        self.engine = engine or PythonEngine(signatures)
+        self.report = Report(signatures)
+
+    def scan(self, stream: BinaryIO, name: str) -> Source:
+        """Scan one stream (plain or gzip) to its end; a read error is kept in ``Source.error``."""
+        source = Source(name)
+        self.report.sources.append(source)
+        try:
+            if _is_gzip(stream):
+                with gzip.GzipFile(fileobj=stream) as unzipped:
+                    self._scan_plain(unzipped, source)  # type: ignore[arg-type]
+            else:
+                self._scan_plain(stream, source)
+        except (OSError, EOFError, zlib.error) as e:  # e.g. a truncated or corrupt .gz
+            source.error = f"cannot read ({e})"
+        return source
+
+    def _scan_plain(self, stream: BinaryIO, source: Source) -> None:
+        pending = b""
+        line = 1  # number of the first line in `pending`
+        seen: tuple[int, set[str]] = (0, set())  # kinds already counted on a split long line
+        try:
+            while block := stream.read(BLOCK):
+                source.bytes += len(block)
+                data = pending + block if pending else block
+                end = data.rfind(b"\n") + 1
+                if end == 0 and len(data) <= MAX_LINE:
+                    pending = data
+                    continue
+                split = end == 0  # a very long line: scan what we have, keep a small overlap
+                end = len(data) if split else end
+                seen = self._block(data, end, line, source.name, seen)
+                line += data.count(b"\n", 0, end)
+                pending = data[end - OVERLAP :] if split else data[end:]
+            if pending:
+                self._block(pending, len(pending), line, source.name, seen)
+                line += 1
+        finally:  # a read error keeps the count of the lines read whole
+            source.lines = line - 1
+
+    def _block(
+        self, data: bytes, end: int, line: int, name: str, seen: tuple[int, set[str]]
+    ) -> tuple[int, set[str]]:
+        """Scan data[:end], whose first line is number ``line``.
+
+        ``seen`` is (line number, kinds counted on it) of the last matched line so far: a very
+        long line scanned in pieces keeps its number, so it is counted once per kind.
+        """
+        pos, counted = 0, line  # data[pos] starts line number `counted`
+        for start, stop, kinds in self.engine.hits(data, end):
+            counted += data.count(b"\n", pos, start)
+            pos = start
+            before = seen[1] if seen[0] == counted else set()
+            self.report.matched_lines += not before
+            seen = (counted, before | kinds)
+            text = data[start:stop]
+            for kind in kinds - before:
+                _record(self.report.findings[kind], Occurrence(name, counted, _text(text)), text)
+        return seen
+
+
+def _record(finding: Finding, where: Occurrence, raw: bytes) -> None:
+    finding.count += 1
+    finding.first = finding.first or where
+    finding.last = where
+    if len(finding.ranks) < MAX_RANKS and (m := _RANK.search(raw)):
+        finding.ranks.add(f"rank{m[1].decode()}" if m[1] else m[0][:-1].decode())
+
+
 def _text(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
     return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + "…"
@@ -233,3 +408,64 @@ def _is_gzip(stream: BinaryIO) -> bool:
     peek = getattr(stream, "peek", None)
     head = peek(2)[:2] if peek is not None else b""
     return head == b"\x1f\x8b"
+
+
+# Parallel scans: inputs are opened by the caller, then forked worker processes each read their
+# own. A stream is inherited through fork (never pickled), so every path is opened exactly once.
+_INPUTS: Sequence[tuple[str, BinaryIO]] = ()
+_ENGINE: Engine | None = None
+
+
+def scan_all(
+    inputs: Sequence[tuple[str, BinaryIO]],
+    engine: Engine,
+    jobs: int = 1,
+    local: Sequence[bool] = (),
+) -> Report:
+    """Scan every (name, stream), up to ``jobs`` at a time; the report keeps the inputs' order.
+
+    ``local[i]`` keeps input i in this process (standard input: worker processes close it).
+    """
+    local = list(local) or [False] * len(inputs)
+    remote = [i for i, keep in enumerate(local) if not keep]
+    if jobs <= 1 or len(remote) <= 1:
+        return _merge(_scan_one(name, stream, engine) for name, stream in inputs)
+    results: dict[int, Report] = {}
+    with _pool(inputs, engine, min(jobs, len(remote))) as pool:
+        pending = pool.map(_scan_inherited, remote)
+        for i, keep in enumerate(local):
+            if keep:
+                results[i] = _scan_one(*inputs[i], engine)
+        results.update(zip(remote, pending, strict=True))
+    return _merge(results[i] for i in range(len(inputs)))
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _pool(inputs: Sequence[tuple[str, BinaryIO]], engine: Engine, workers: int) -> Any:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _INPUTS, _ENGINE
+    _INPUTS, _ENGINE = inputs, engine  # seen by the workers, forked on the first submit
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+
+
+def _scan_inherited(index: int) -> Report:
+    assert _ENGINE is not None
+    return _scan_one(*_INPUTS[index], _ENGINE)
+
+
+def _scan_one(name: str, stream: BinaryIO, engine: Engine) -> Report:
+    scanner = Scanner(engine=engine)
+    scanner.scan(stream, name)
+    return scanner.report
+
+
+def _merge(reports: Iterable[Report]) -> Report:
+    merged = Report()
+    for report in reports:
+        merged.absorb(report)
+    return merged

@@ -2,19 +2,24 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import pwd
 import random
 import re
 import subprocess
 import sys
+import tempfile
+import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trees import fetch_wheel
 
 from sglang_dsv4_fix import logscan
 from sglang_dsv4_fix.errors import Exit
-from sglang_dsv4_fix.logscan import ANCHORS, SIGNATURES, Scanner
+from sglang_dsv4_fix.logscan import ANCHORS, SIGNATURES, Engine, EngineUnavailable, Scanner
 from sglang_dsv4_fix.main import main
 
 T = "2026-12-02 10:00:00"
@@ -69,6 +74,50 @@ NOISE = [
     "[rank0]:[W1202] ProcessGroupNCCL.cpp:1500 Warning: the watchdog is healthy",
     f'[{T}] INFO:     127.0.0.1:5000 - "GET /health HTTP/1.1" 200 OK',
 ]
+
+
+# What PyTorch (c10_cuda_check_implementation) prints after every CUDA error, and what a crashing
+# SGLang TP rank logs around it: real messages, as operators paste them into bug reports.
+TORCH_HINT = [
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.",
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+]
+REAL_CRASH = [
+    f"[{T} TP3] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2913, in '
+    "run_scheduler_process",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    *TORCH_HINT,
+    "",
+    "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:44",
+    "[rank2]:[E1202 10:00:04.324142902 ProcessGroupNCCL.cpp:1515] [PG 3 Rank 2] Process group "
+    "watchdog thread terminated with exception: CUDA error: an illegal memory access was "
+    "encountered CUDA kernel errors might be asynchronously reported at some other API call, so "
+    "the stacktrace below might be incorrect. For debugging consider passing "
+    "CUDA_LAUNCH_BLOCKING=1 Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    "RuntimeError: CUDA error: device-side assert triggered",
+    *TORCH_HINT,
+    "Compile with `TORCH_USE_HIP_DSA` to enable device-side assertions.",
+    "Device-side assertions were explicitly omitted for this error check; the error probably "
+    "arose while initializing the DSA handlers.",
+    "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:92: operator(): block: [59829,0,0], "
+    'thread: [120,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of '
+    'bounds"` failed.',
+    "RuntimeError: CUDA error: operation not permitted when stream is capturing",
+    *TORCH_HINT,
+    f"[{T} TP0] Received sigquit from a child process. It usually means the child failed.",
+]
+ENGINE_NAMES = tuple(logscan.ENGINES)
+
+
+def installed(name: str) -> Engine:
+    """The named engine; the [fast] engines come with the test extra, so CI runs them all."""
+    try:
+        return logscan.engine(name)
+    except EngineUnavailable as e:
+        pytest.skip(str(e))
 
 
 def scan(tmp_path: Path, text: str | bytes, *extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
@@ -177,10 +226,11 @@ def test_crlf_and_invalid_utf8_lines(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
 def test_streaming_agrees_with_a_per_line_scan_across_block_boundaries(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, engine: str
 ) -> None:
-    """Tiny blocks and line limits put signatures across every kind of boundary."""
+    """Tiny blocks and line limits put signatures across every kind of boundary, in every engine."""
     rng = random.Random(seed)
     monkeypatch.setattr(logscan, "BLOCK", rng.choice((17, 64, 200, 1000)))
     monkeypatch.setattr(logscan, "MAX_LINE", rng.choice((300, 700, 5000)))
@@ -199,20 +249,21 @@ def test_streaming_agrees_with_a_per_line_scan_across_block_boundaries(
         else:
             lines.append(rng.choice(NOISE))
     data = "\n".join(lines).encode() + rng.choice((b"", b"\n"))
-    scanner = Scanner()
+    scanner = Scanner(engine=installed(engine))
     log = tmp_path / "r.log"
     log.write_bytes(data)
     with log.open("rb") as f:
         scanner.scan(f, "r.log")
     expected = reference(data)
+    report = scanner.report
     for kind, numbers in expected.items():
-        finding = scanner.findings[kind]
+        finding = report.findings[kind]
         assert finding.count == len(numbers), kind
         if numbers:
             assert finding.first is not None and finding.last is not None
             assert (finding.first.line, finding.last.line) == (numbers[0], numbers[-1]), kind
-    assert scanner.matched_lines == len({n for ns in expected.values() for n in ns})
-    assert scanner.sources[0].lines == data.count(b"\n") + (not data.endswith(b"\n"))
+    assert report.matched_lines == len({n for ns in expected.values() for n in ns})
+    assert report.sources[0].lines == data.count(b"\n") + (not data.endswith(b"\n"))
 
 
 def test_memory_stays_flat_on_a_large_stream(tmp_path: Path) -> None:
@@ -283,7 +334,7 @@ def test_bad_arguments(
     assert capsys.readouterr().err == message
 
 
-def test_a_folder_or_an_unreadable_file_is_refused_before_scanning(
+def test_a_folder_is_refused_before_scanning(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     good = tmp_path / "good.log"
@@ -292,15 +343,48 @@ def test_a_folder_or_an_unreadable_file_is_refused_before_scanning(
     captured = capsys.readouterr()
     assert captured.err == f"sglang-dsv4-fix: error: {tmp_path}: is a folder, not a log file\n"
     assert captured.out == ""  # nothing scanned, nothing half-reported
-    locked = tmp_path / "locked.log"
-    locked.write_text("x\n")
-    locked.chmod(0)
-    try:
-        if not _readable(locked):
-            assert main(["scan-logs", str(locked)]) == Exit.NOT_FOUND
-            assert "cannot read (Permission denied)" in capsys.readouterr().err
-    finally:
-        locked.chmod(0o644)
+
+
+def test_an_unreadable_file_is_refused_before_scanning_also_under_root() -> None:
+    """Root reads a mode-0 file anyway (CI runs as root): there the CLI drops to `nobody` first."""
+    with tempfile.TemporaryDirectory(prefix="scan-logs-unreadable.") as folder:
+        Path(folder).chmod(0o755)  # nobody must reach the files, just not read the locked one
+        good, locked = Path(folder) / "good.log", Path(folder) / "locked.log"
+        good.write_text(SAMPLES["illegal-address"][0] + "\n")
+        good.chmod(0o644)
+        locked.write_text(SAMPLES["illegal-address"][0] + "\n")
+        locked.chmod(0)
+        done = as_non_root("scan-logs", str(good), str(locked))
+    assert (done.returncode, done.stdout) == (Exit.NOT_FOUND, b"")
+    assert done.stderr == (
+        f"sglang-dsv4-fix: error: {locked}: cannot read (Permission denied)\n".encode()
+    )
+
+
+def as_non_root(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI in a fresh interpreter that, if root, becomes `nobody` (no groups) before main().
+
+    It imports what the command needs first: this interpreter and its standard library may sit
+    under root's home, which nobody cannot read.
+    """
+    nobody = pwd.getpwnam("nobody")
+    script = (
+        "import os, sys\n"
+        "from sglang_dsv4_fix.main import build_parser, main\n"
+        "from sglang_dsv4_fix.commands import scan_logs\n"
+        "build_parser('scan-logs').parse_args(sys.argv[1:]), scan_logs.logscan.engine()\n"
+        "if os.geteuid() == 0:\n"
+        f"    os.setgroups([]); os.setgid({nobody.pw_gid}); os.setuid({nobody.pw_uid})\n"
+        "assert os.geteuid() != 0\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, timeout=60)
+
+
+def cli(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """The real CLI in a fresh interpreter."""
+    cmd = [sys.executable, "-m", "sglang_dsv4_fix", "scan-logs", *argv]
+    return subprocess.run(cmd, timeout=60, **kwargs)
 
 
 def test_a_truncated_gzip_is_a_clear_error(
@@ -316,12 +400,37 @@ def test_a_truncated_gzip_is_a_clear_error(
     )
 
 
-def _readable(path: Path) -> bool:
-    try:
-        path.read_bytes()
-    except PermissionError:
-        return False
-    return True
+def test_a_truncated_gzip_keeps_the_findings_of_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Findings made before (other files, and the .gz's own readable part) are printed, then 7."""
+    before = tmp_path / "a.log"
+    before.write_text(f"{NOISE[0]}\n{SAMPLES['nccl-watchdog'][0]}\n")
+    body = f"{NOISE[1]}\n{SAMPLES['illegal-address'][0]}\n".encode() + random.Random(1).randbytes(
+        1 << 20
+    )
+    cut = tmp_path / "b.log.gz"
+    cut.write_bytes(gzip.compress(body)[:600_000])
+    message = (
+        f"{cut}: cannot read (Compressed file ended before the end-of-stream marker was reached)"
+    )
+    code, payload = _main_json(str(before), str(cut))
+    assert code == Exit.NOT_FOUND and payload["exit"] == Exit.NOT_FOUND
+    assert [f["id"] for f in payload["findings"]] == ["illegal-address", "nccl-watchdog"]
+    assert [f["error"] for f in payload["files"]] == [None, message.split(": ", 1)[1]]
+    read_whole = payload["files"][1]["lines"]
+    assert read_whole >= 2
+    capsys.readouterr()
+    assert main(["scan-logs", str(before), str(cut)]) == Exit.NOT_FOUND
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert out[0] == (
+        f"scanned 2 file(s), {2 + read_whole} lines: 2 failure signature(s) in 2 line(s)"
+    )
+    assert f"  first: {before}:2: {SAMPLES['nccl-watchdog'][0]}" in out
+    assert f"  first: {cut}:2: {SAMPLES['illegal-address'][0]}" in out
+    assert out[-2] == f"incomplete: {message} after line {read_whole}"
+    assert captured.err == f"sglang-dsv4-fix: error: {message}\n"
 
 
 def test_no_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -329,3 +438,247 @@ def test_no_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
         main(["scan-logs"])
     assert e.value.code == Exit.USAGE
     assert "the following arguments are required: FILE" in capsys.readouterr().err
+
+
+def every_hit(engine: Engine, data: bytes) -> list[tuple[int, frozenset[str]]]:
+    """(line number, signature ids) of every line of ``data`` that the engine says holds one."""
+    return [(data.count(b"\n", 0, a) + 1, kinds) for a, _, kinds in engine.hits(data, len(data))]
+
+
+def reference_hits(data: bytes) -> list[tuple[int, frozenset[str]]]:
+    hits: dict[int, set[str]] = {}
+    for kind, numbers in reference(data).items():
+        for n in numbers:
+            hits.setdefault(n, set()).add(kind)
+    return [(n, frozenset(kinds)) for n, kinds in sorted(hits.items())]
+
+
+def near_misses(rng: random.Random, line: str) -> str:
+    """A sample with one character dropped, doubled or swapped in case: may or may not match."""
+    i = rng.randrange(len(line))
+    return rng.choice(
+        (line[:i] + line[i + 1 :], line[:i] + line[i] * 2 + line[i:], line.swapcase())
+    )
+
+
+def generated_log(seed: int) -> bytes:
+    rng = random.Random(seed)
+    samples = [x for xs in SAMPLES.values() for x in xs] + [x for x in REAL_CRASH if x]
+    lines = []
+    for _ in range(3000):
+        r = rng.random()
+        if r < 0.08:
+            lines.append(rng.choice(samples))
+        elif r < 0.16:
+            lines.append(near_misses(rng, rng.choice(samples)))
+        elif r < 0.18:
+            lines.append(rng.choice(samples) + "\r " + rng.choice(samples))
+        elif r < 0.2:
+            lines.append(rng.randbytes(rng.randrange(200)).replace(b"\n", b"").decode("latin-1"))
+        else:
+            lines.append(rng.choice(NOISE))
+    return "\n".join(lines).encode("utf-8", "surrogateescape")
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@pytest.mark.parametrize("seed", range(4))
+def test_every_engine_finds_the_same_lines_on_generated_logs(engine: str, seed: int) -> None:
+    data = generated_log(seed)
+    expected = reference_hits(data)
+    assert len(expected) > 200  # the log does exercise the signatures
+    assert every_hit(installed(engine), data) == expected
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_every_engine_finds_the_same_lines_on_real_messages(engine: str) -> None:
+    data = "\n".join([*NOISE, *REAL_CRASH, *NOISE]).encode()
+    n = len(NOISE)
+    assert every_hit(installed(engine), data) == [
+        (n + 1, frozenset({"scheduler-exception"})),
+        (n + 3, frozenset({"illegal-address"})),
+        (n + 9, frozenset({"nccl-watchdog", "illegal-address"})),
+        (n + 10, frozenset({"device-assert"})),
+        (n + 16, frozenset({"device-assert"})),
+        (n + 17, frozenset({"cuda-graph-capture"})),
+        (n + 21, frozenset({"scheduler-exception"})),
+    ]
+
+
+def test_the_cli_reports_the_same_with_every_engine(tmp_path: Path) -> None:
+    log = tmp_path / "crash.log"
+    log.write_bytes(generated_log(7))
+    reports = {}
+    for name in ENGINE_NAMES:
+        installed(name)
+        code, out = _main_json("--engine", name, str(log))
+        assert (code, out.pop("engine")) == (Exit.FINDINGS, name)
+        reports[name] = out
+    assert reports["python"] == reports["re2"] == reports["hyperscan"]
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_pytorchs_dsa_hint_after_every_cuda_error_is_not_a_device_assert(
+    tmp_path: Path, engine: str
+) -> None:
+    installed(engine)
+    error = SAMPLES["illegal-address"][0]
+    code, out = scan(
+        tmp_path, "\n".join([*NOISE, error, *TORCH_HINT, *NOISE]) + "\n", "--engine", engine
+    )
+    assert code == Exit.FINDINGS
+    assert [(f["id"], f["count"]) for f in out["findings"]] == [("illegal-address", 1)]
+
+
+def test_auto_falls_back_to_re2_then_python(tmp_path: Path) -> None:
+    log = tmp_path / "s.log"
+    log.write_text(SAMPLES["device-assert"][0] + "\n")
+    for blocked, engine in ((["hyperscan"], "re2"), (["hyperscan", "re2"], "python")):
+        done = without_modules(blocked, "scan-logs", "--json", str(log))
+        assert done.returncode == Exit.FINDINGS, done.stderr
+        assert json.loads(done.stdout)["engine"] == engine
+    done = without_modules(["re2"], "scan-logs", "--engine", "re2", str(log))
+    assert (done.returncode, done.stdout) == (Exit.ENVIRONMENT, b"")
+    assert done.stderr == (
+        b"sglang-dsv4-fix: error: --engine re2: the re2 engine needs the google-re2 package "
+        b"(the [fast] extra)\n"
+    )
+
+
+def without_modules(blocked: list[str], *argv: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI in an interpreter where importing ``blocked`` fails, as if not installed."""
+    script = (
+        "import sys\n"
+        f"sys.modules.update(dict.fromkeys({blocked!r}))\n"
+        "from sglang_dsv4_fix.main import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("jobs", ["1", "3"])
+def test_files_scanned_in_parallel_report_in_argument_order(tmp_path: Path, jobs: str) -> None:
+    rng = random.Random(5)
+    names = []
+    for i in range(7):
+        log = tmp_path / f"{i}.log"
+        log.write_bytes(generated_log(rng.randrange(100)) if i % 3 else b"quiet\n")
+        names.append(str(log))
+    names.append(names[1])  # the same file twice is two inputs
+    code, out = _main_json("--jobs", jobs, *names)
+    code_1, out_1 = _main_json("--jobs", "1", "--engine", "python", *names)
+    out.pop("engine")
+    out_1.pop("engine")
+    assert (code, out) == (code_1, out_1)
+    assert [f["file"] for f in out["files"]] == names
+    first = {f["id"]: f["first"]["file"] for f in out["findings"]}
+    last = {f["id"]: f["last"]["file"] for f in out["findings"]}
+    assert set(first.values()) == {names[1]} and set(last.values()) == {names[1]}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+@pytest.mark.parametrize("pieces", [True, False], ids=["in-pieces", "at-once"])
+def test_a_fifo_is_opened_once_and_read_as_a_stream(
+    tmp_path: Path, jobs: str, pieces: bool
+) -> None:
+    """The writer comes late; writes 1 MB in pieces, or a few lines at once and goes (`echo`).
+
+    Opened twice, the FIFO loses what a quick writer wrote before the first close and the second
+    open waits forever (seen 5 of 5 times with `printf ... > FIFO` on the previous version).
+    """
+    fifo, after = tmp_path / "server.fifo", tmp_path / "after.log"
+    os.mkfifo(fifo)
+    after.write_text(f"{NOISE[0]}\n{SAMPLES['scheduler-exception'][0]}\n")
+    lines = [*NOISE * (2000 if pieces else 1), SAMPLES["illegal-address"][0]]
+    lines += [*NOISE, SAMPLES["nccl-watchdog"][0]]
+    data = ("\n".join(lines) + "\n").encode()
+    size = len(data) // 40 + 1 if pieces else len(data)
+    cmd = [sys.executable, "-m", "sglang_dsv4_fix", "scan-logs", "--json", "--jobs", jobs]
+    with subprocess.Popen([*cmd, str(fifo), str(after)], stdout=subprocess.PIPE) as proc:
+        try:
+            time.sleep(0.5)  # reading before a writer came would see an empty FIFO
+            writer = open_writer(fifo, proc)
+            for i in range(0, len(data), size):  # at once: os.write and close, as quick as echo
+                os.write(writer, data[i : i + size])
+                if pieces:
+                    time.sleep(0.005)
+            os.close(writer)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == Exit.FINDINGS
+    report = json.loads(out)
+    n = len(lines)
+    assert [(f["file"], f["lines"]) for f in report["files"]] == [(str(fifo), n), (str(after), 2)]
+    assert [(f["id"], f["first"]["file"], f["first"]["line"]) for f in report["findings"]] == [
+        ("illegal-address", str(fifo), n - 8),
+        ("nccl-watchdog", str(fifo), n),
+        ("scheduler-exception", str(after), 2),
+    ]
+
+
+def open_writer(fifo: Path, reader: subprocess.Popen[bytes]) -> int:
+    """The write end, once the reader has the FIFO open (bounded: a reader may never come)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
+        except OSError:
+            assert reader.poll() is None and time.monotonic() < deadline, "no reader came"
+            time.sleep(0.02)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def test_a_device_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan-logs", "/dev/null"]) == Exit.NOT_FOUND
+    assert capsys.readouterr().err == (
+        "sglang-dsv4-fix: error: /dev/null: not a regular file or a FIFO\n"
+    )
+
+
+def test_terminal_control_sequences_are_escaped_in_text_not_in_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = "\x1b]0;owned\x07\x1b[2J" + SAMPLES["illegal-address"][0] + "\rtab\tC1:\x9b31m\x7f"
+    log = tmp_path / "a\x1b[31m.log"
+    log.write_bytes(raw.encode() + b"\n")
+    assert main(["scan-logs", str(log)]) == Exit.FINDINGS
+    out = capsys.readouterr().out
+    shown = str(tmp_path) + "/a\\x1b[31m.log"
+    assert f"  first: {shown}:1: \\x1b]0;owned\\x07\\x1b[2J{SAMPLES['illegal-address'][0]}" in out
+    assert "\\x0dtab\tC1:\\x9b31m\\x7f\n" in out
+    assert not set(out) & {chr(c) for c in (*range(9), *range(11, 32), 0x7F, *range(0x80, 0xA0))}
+    code, payload = _main_json(str(log))
+    assert code == Exit.FINDINGS
+    assert payload["findings"][0]["first"] == {"file": str(log), "line": 1, "text": raw}
+
+
+@pytest.mark.parametrize("json_flag", [["--json"], []])
+def test_a_reader_that_went_away_keeps_exit_10_without_a_traceback(
+    tmp_path: Path, json_flag: list[str]
+) -> None:
+    log = tmp_path / "s.log"
+    log.write_text(SAMPLES["illegal-address"][0] + "\n")
+    read, write = os.pipe()
+    os.close(read)  # every write now fails with EPIPE (Python ignores SIGPIPE)
+    try:
+        done = cli(*json_flag, str(log), stdout=write, stderr=subprocess.PIPE)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (Exit.FINDINGS, b"")
+
+
+def test_json_piped_into_head_keeps_exit_10(tmp_path: Path) -> None:
+    """`scan-logs --json ... | head -c 10` with more output than a pipe holds."""
+    log = tmp_path / ("x" * 200 + ".log")
+    log.write_text(SAMPLES["illegal-address"][0] + "\n")
+    cmd = [sys.executable, "-m", "sglang_dsv4_fix", "scan-logs", "--json", *[str(log)] * 300]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as scan_proc:
+        assert scan_proc.stdout is not None and scan_proc.stderr is not None
+        head = subprocess.run(["head", "-c", "10"], stdin=scan_proc.stdout, capture_output=True)
+        scan_proc.stdout.close()
+        err = scan_proc.stderr.read()
+        scan_proc.wait(timeout=60)
+    assert head.stdout == b'{\n  "engin'
+    assert (scan_proc.returncode, err) == (Exit.FINDINGS, b"")
