@@ -112,7 +112,7 @@ def normalise(text: str) -> str:
 _COMMENT_OR_STRING = re.compile(
     r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?", re.DOTALL
 )
-_NOT_NEWLINE = re.compile(r"[^\n]")
+_NOT_NEWLINE = re.compile(r"[^\n]+")
 
 
 def mask_comments(text: str) -> str:
@@ -123,25 +123,38 @@ def mask_comments(text: str) -> str:
 def _blank(m: re.Match[str]) -> str:
     piece = m.group(0)
     if piece[0] in "\"'":  # keep the quotes so the literal stays a token
-        return (
-            piece[0] + _NOT_NEWLINE.sub(" ", piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
-        )
-    return _NOT_NEWLINE.sub(" ", piece)
+        return piece[0] + _spaces(piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
+    return _spaces(piece)
+
+
+def _spaces(piece: str) -> str:
+    """``piece`` with everything but newlines blanked (a run at a time: linear and fast)."""
+    if "\n" not in piece:
+        return " " * len(piece)
+    return _NOT_NEWLINE.sub(lambda run: " " * len(run.group(0)), piece)
 
 
 def matching(text: str, open_pos: int) -> int:
     """Offset of the bracket closing the one at ``open_pos``."""
-    pairs = {"(": ")", "{": "}", "[": "]"}
-    opener, closer = text[open_pos], pairs[text[open_pos]]
+    opener = text[open_pos]
     depth = 0
-    for k in range(open_pos, len(text)):
-        if text[k] == opener:
-            depth += 1
-        elif text[k] == closer:
-            depth -= 1
-            if depth == 0:
-                return k
+    for m in _BRACKETS[opener].finditer(text, open_pos):  # visits brackets only
+        depth += 1 if m.group(0) == opener else -1
+        if depth == 0:
+            return m.start()
     raise ParseError(f"unbalanced '{opener}' at offset {open_pos}")
+
+
+_BRACKETS = {"(": re.compile(r"[()]"), "{": re.compile(r"[{}]"), "[": re.compile(r"[\[\]]")}
+_BODY_OPEN = re.compile(r"\s*\{")
+# Patterns run over the whole (hostile) file start with a literal, not \b: re then finds
+# candidates with a fast substring search; at_word_start checks the boundary.
+_KERNEL0_CALL = re.compile(rf"{KERNEL0}\s*\(")
+_CHEVRONS = re.compile(rf"{KERNEL0}\s*<<<\s*([^,>]+?)\s*,\s*([^,>]+?)\s*(?:,[^>]*)?>>>")
+
+
+def at_word_start(text: str, pos: int) -> bool:
+    return pos == 0 or not (text[pos - 1].isalnum() or text[pos - 1] == "_")
 
 
 # ---------------------------------------------------------------- constants
@@ -159,7 +172,7 @@ def constants(text: str) -> dict[str, int]:
     return _settle_all(defs, {"kWarpThreads": WARP_THREADS})
 
 
-_CONST = re.compile(r"\b(?:constexpr|const)\b")
+_CONST = re.compile(r"const(?:expr)?\b")  # a literal first: re's fast prefix search
 _STATEMENT_END = re.compile(r"[;{}]")
 _STOP = re.compile(r"[=()]")
 _NAME_BEFORE = re.compile(rf"(?<!\w)({_IDENT})\s*\Z")
@@ -170,7 +183,7 @@ def _definitions(text: str) -> list[tuple[str, str]]:
     """(name, expression) of ``const[expr] ... name = expression;`` in text order: per statement,
     the first ``const`` whose next ``=``/``(``/``)`` is an ``=`` right after a name."""
     out: list[tuple[str, str]] = []
-    consts = _CONST.finditer(text)
+    consts = (m for m in _CONST.finditer(text) if at_word_start(text, m.start()))
     m = next(consts, None)
     while m is not None:
         end = _STATEMENT_END.search(text, m.end())
@@ -315,11 +328,13 @@ def _binop_unbounded(op: ast.operator, a: int, b: int) -> int | None:
 def find_kernel0(text: str) -> tuple[int, int]:
     """(offset of '{', offset of '}') of kernel0's one definition."""
     bodies = []
-    for m in re.finditer(rf"\b{KERNEL0}\s*\(", text):
+    for m in _KERNEL0_CALL.finditer(text):
+        if not at_word_start(text, m.start()):
+            continue
         close = matching(text, m.end() - 1)
-        after = re.match(r"\s*\{", text[close + 1 :])
+        after = _BODY_OPEN.match(text, close + 1)  # no slice: a copy per call is quadratic
         if after:
-            open_brace = close + after.end()
+            open_brace = after.end() - 1
             bodies.append((open_brace, matching(text, open_brace)))
     if not bodies:
         raise ParseError(f"no definition of {KERNEL0}")
@@ -497,7 +512,9 @@ def _launches(text: str) -> list[tuple[str, str]]:
         rf"LaunchKernel\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*(?:,[^()]*)?\)\s*\(\s*{KERNEL0}\b",
         text,
     )
-    chevrons = re.findall(rf"\b{KERNEL0}\s*<<<\s*([^,>]+?)\s*,\s*([^,>]+?)\s*(?:,[^>]*)?>>>", text)
+    chevrons = [
+        (m.group(1), m.group(2)) for m in _CHEVRONS.finditer(text) if at_word_start(text, m.start())
+    ]
     return calls + chevrons
 
 
@@ -508,7 +525,7 @@ def _single_block_launch(k: Kernel0) -> Precondition:
     if not launches:
         return Precondition(name, False, f"found no launch site of {KERNEL0}")
     bounds = re.search(
-        rf"__launch_bounds__\s*\(\s*([^,)]+)[^)]*\)\s*(?:/+\s*)?\s*void\s+{KERNEL0}", k.text
+        rf"__launch_bounds__\s*\(\s*([^,)]+)(?:,[^)]*)?\)\s*(?:/+\s*)?\s*void\s+{KERNEL0}", k.text
     )
     bound = fold(bounds.group(1), k.constants) if bounds else BLOCK_THREADS
     shown = [_launch_detail(k, grid, block) for grid, block in launches]

@@ -75,6 +75,8 @@ def read(kernel: Path) -> Provenance | None:
                 return None
             data = read_regular(path, RECORD_LIMIT, "provenance record", follow=False)
     except FatalError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            return None  # removed between the look and the open (a revert that just finished)
         raise DamagedRecord(path, str(e).removeprefix(f"{path}: ")) from e
     return parse(path, data, kernel)
 

@@ -61,6 +61,15 @@ def kernel_of(tree: Tree) -> Path:
 
 
 def check_writable(kernel: Path, tree: Tree) -> None:
+    try:
+        _check_writable(kernel, tree)
+    except OSError as e:  # the kernel or its folder vanished or changed while we looked
+        raise FatalError(
+            f"{kernel}: cannot check the kernel ({e.strerror}); nothing changed", Exit.REFUSED
+        ) from e
+
+
+def _check_writable(kernel: Path, tree: Tree) -> None:
     if kernel.is_symlink():
         raise FatalError(
             f"{kernel}: is a symbolic link; refusing to write through it", Exit.REFUSED
@@ -69,6 +78,10 @@ def check_writable(kernel: Path, tree: Tree) -> None:
         raise FatalError(f"{kernel}: resolves outside {tree.package_dir}; refusing", Exit.REFUSED)
     if not kernel.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         raise FatalError(f"{kernel}: is read-only; make it writable to patch it", Exit.REFUSED)
+    if os.statvfs(kernel.parent).f_flag & os.ST_RDONLY:
+        raise FatalError(
+            f"{kernel.parent}: is on a read-only file system; nothing changed", Exit.REFUSED
+        )
     if not os.access(kernel.parent, os.W_OK | os.X_OK):
         raise FatalError(
             f"{kernel.parent}: the kernel's folder is not writable for this user; nothing changed",
@@ -229,7 +242,7 @@ def _folder(kernel: Path) -> Folder:
 
 
 def _kernel_bytes(folder: Folder, kernel: Path) -> tuple[bytes, os.stat_result]:
-    data = folder.read(kernel.name, KERNEL_LIMIT, "kernel")
+    data = folder.read(kernel.name, KERNEL_LIMIT, "kernel", Exit.NOT_FOUND)
     st = folder.stat(kernel.name)
     assert st is not None
     return data, st
