@@ -469,3 +469,19 @@ def test_file_too_large_for_the_limit(applied: Path) -> None:
     )
     after = {p.name: sha(p.read_bytes()) for p in kernel.parent.iterdir() if p.is_file()}
     assert after == before
+
+
+def test_fifo_as_backup_never_blocks(applied: Path) -> None:
+    kernel = applied / KERNEL
+    backup = backup_path(kernel)
+    backup.unlink()
+    os.mkfifo(backup)
+    code, _, err, _ = cli("revert", "--tree", str(applied), "--no-clear-cache")
+    assert (code, err) == (
+        Exit.REFUSED,
+        f"{ERR}{backup}: cannot read the backup (not a regular file: a FIFO); refusing",
+    )
+    for argv in (["status"], ["verify"], ["apply", "--variant", "barrier"]):
+        code, _, err, seconds = cli(*argv, "--tree", str(applied), timeout=30)
+        assert "Traceback" not in err and seconds < 20, argv
+    assert backup.exists() and sha(kernel.read_bytes()) != ORIGINAL_0516
