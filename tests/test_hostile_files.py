@@ -420,7 +420,7 @@ def test_read_only_file_system(template: Path, tmp_path: Path) -> None:
 
 
 @needs_mount
-@pytest.mark.parametrize("free", [0, 8 * 1024, 30 * 1024, 40 * 1024, 70 * 1024])
+@pytest.mark.parametrize("free", [0, 8 * 1024, 30 * 1024, 40 * 1024, 70 * 1024, 120 * 1024])
 def test_full_disk_apply_is_whole_or_nothing(template: Path, tmp_path: Path, free: int) -> None:
     """ENOSPC at several fill levels: exit 0 with the fix, or exit 6 with nothing changed."""
     r = in_namespace(template, tmp_path, ["apply"], free=free)
