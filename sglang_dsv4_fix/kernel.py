@@ -12,7 +12,9 @@ to the original file and comments, whitespace or CRLF line endings never change 
 from __future__ import annotations
 
 import ast
+import heapq
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -110,7 +112,7 @@ def normalise(text: str) -> str:
 _COMMENT_OR_STRING = re.compile(
     r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\\n])*\"?|'(?:\\.|[^'\\\n])*'?", re.DOTALL
 )
-_NOT_NEWLINE = re.compile(r"[^\n]")
+_NOT_NEWLINE = re.compile(r"[^\n]+")
 
 
 def mask_comments(text: str) -> str:
@@ -121,63 +123,168 @@ def mask_comments(text: str) -> str:
 def _blank(m: re.Match[str]) -> str:
     piece = m.group(0)
     if piece[0] in "\"'":  # keep the quotes so the literal stays a token
-        return (
-            piece[0] + _NOT_NEWLINE.sub(" ", piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
-        )
-    return _NOT_NEWLINE.sub(" ", piece)
+        return piece[0] + _spaces(piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
+    return _spaces(piece)
+
+
+def _spaces(piece: str) -> str:
+    """``piece`` with everything but newlines blanked (a run at a time: linear and fast)."""
+    if "\n" not in piece:
+        return " " * len(piece)
+    return _NOT_NEWLINE.sub(lambda run: " " * len(run.group(0)), piece)
 
 
 def matching(text: str, open_pos: int) -> int:
     """Offset of the bracket closing the one at ``open_pos``."""
-    pairs = {"(": ")", "{": "}", "[": "]"}
-    opener, closer = text[open_pos], pairs[text[open_pos]]
+    opener = text[open_pos]
     depth = 0
-    for k in range(open_pos, len(text)):
-        if text[k] == opener:
-            depth += 1
-        elif text[k] == closer:
-            depth -= 1
-            if depth == 0:
-                return k
+    for m in _BRACKETS[opener].finditer(text, open_pos):  # visits brackets only
+        depth += 1 if m.group(0) == opener else -1
+        if depth == 0:
+            return m.start()
     raise ParseError(f"unbalanced '{opener}' at offset {open_pos}")
+
+
+_BRACKETS = {"(": re.compile(r"[()]"), "{": re.compile(r"[{}]"), "[": re.compile(r"[\[\]]")}
+_BODY_OPEN = re.compile(r"\s*\{")
+# Patterns run over the whole (hostile) file start with a literal, not \b: re then finds
+# candidates with a fast substring search; at_word_start checks the boundary.
+_KERNEL0_CALL = re.compile(rf"{KERNEL0}\s*\(")
+_CHEVRONS = re.compile(rf"{KERNEL0}\s*<<<\s*([^,>]+?)\s*,\s*([^,>]+?)\s*(?:,[^>]*)?>>>")
+
+
+def at_word_start(text: str, pos: int) -> bool:
+    return pos == 0 or not (text[pos - 1].isalnum() or text[pos - 1] == "_")
 
 
 # ---------------------------------------------------------------- constants
 
 
 def constants(text: str) -> dict[str, int]:
-    """``constexpr``/``const`` integer definitions whose value folds to a number."""
-    defs = re.findall(rf"\b(?:constexpr|const)\b[^;=(){{}}]*?\b({_IDENT})\s*=\s*([^;{{}}]+);", text)
-    known: dict[str, int] = {"kWarpThreads": WARP_THREADS}
-    pending = [(name, expr) for name, expr in defs if _ARITHMETIC.match(expr)]
-    while pending:  # definitions may refer to later ones: fold until nothing new settles
-        left = [(n, e) for n, e in pending if n not in known and not _settle(n, e, known)]
-        if len(left) == len(pending):
-            break
-        pending = left
+    """``constexpr``/``const`` integer definitions whose value folds to a number.
+
+    Linear in the text (a kernel file is hostile input, and the plugin classifies it at every
+    SGLang process start): statements are split once at ``;``/``{``/``}``, each ``const`` looks
+    only inside its own statement, and definitions that refer to later ones settle through a
+    work list instead of passes over all of them.
+    """
+    defs = [(name, expr) for name, expr in _definitions(text) if _ARITHMETIC.match(expr)]
+    return _settle_all(defs, {"kWarpThreads": WARP_THREADS})
+
+
+_CONST = re.compile(r"const(?:expr)?\b")  # a literal first: re's fast prefix search
+_STATEMENT_END = re.compile(r"[;{}]")
+_STOP = re.compile(r"[=()]")
+_NAME_BEFORE = re.compile(rf"(?<!\w)({_IDENT})\s*\Z")
+_EXPR_LIMIT = 256  # a real constant's expression is a few dozen characters
+
+
+def _definitions(text: str) -> list[tuple[str, str]]:
+    """(name, expression) of ``const[expr] ... name = expression;`` in text order: per statement,
+    the first ``const`` whose next ``=``/``(``/``)`` is an ``=`` right after a name."""
+    out: list[tuple[str, str]] = []
+    consts = (m for m in _CONST.finditer(text) if at_word_start(text, m.start()))
+    m = next(consts, None)
+    while m is not None:
+        end = _STATEMENT_END.search(text, m.end())
+        if end is None:
+            break  # no statement end after this const: nothing more to find
+        found, m = _statement(text, m, end.start(), consts)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _statement(
+    text: str, m: re.Match[str] | None, stmt_end: int, consts: Iterator[re.Match[str]]
+) -> tuple[tuple[str, str] | None, re.Match[str] | None]:
+    """The definition the consts from ``m`` on make in the statement ending at ``stmt_end``, and
+    the first const after the statement. Each character is looked at a bounded number of times:
+    consts before the same ``=`` share one search for it and for the name before it."""
+    stop: re.Match[str] | None = None
+    tried = -1
+    while m is not None and m.start() < stmt_end:
+        if stop is None or stop.start() < m.end():
+            stop = _STOP.search(text, m.end(), stmt_end)
+            if stop is None:
+                break
+        if text[stop.start()] == "=" and stop.start() != tried:
+            tried = stop.start()
+            found = _named(text, m.end(), stop.start(), stmt_end)
+            if found is not None:
+                return found, _first_after(consts, stmt_end)
+        m = next(consts, None)
+    if m is not None and m.start() < stmt_end:
+        m = _first_after(consts, stmt_end)
+    return None, m
+
+
+def _named(text: str, start: int, eq: int, stmt_end: int) -> tuple[str, str] | None:
+    name = _NAME_BEFORE.search(text, start, eq)
+    rest = text[eq + 1 : stmt_end] if text[stmt_end] == ";" else ""
+    if name is None or not rest:
+        return None
+    return name.group(1), rest.lstrip() or rest[-1]
+
+
+def _first_after(consts: Iterator[re.Match[str]], pos: int) -> re.Match[str] | None:
+    return next((m for m in consts if m.start() > pos), None)
+
+
+def _settle_all(defs: list[tuple[str, str]], known: dict[str, int]) -> dict[str, int]:
+    """Fold every definition whose names are known, in text order, passing over the list again
+    while new names settle (a definition may refer to a later one); the first to settle a name
+    wins. A work list keyed by (pass, position) gives the passes' result without re-reading the
+    definitions that still wait."""
+    parsed = [(name, _parse(expr)) for name, expr in defs]
+    waiting: dict[str, list[int]] = {}
+    heap: list[tuple[int, int]] = []
+    for i, (_, tree) in enumerate(parsed):
+        if tree is not None:
+            heapq.heappush(heap, (0, i))
+    missing = [set[str]() for _ in parsed]
+    while heap:
+        round_, i = heapq.heappop(heap)
+        name, tree = parsed[i]
+        if name in known or tree is None:
+            continue
+        missing[i] = {n for n in _names(tree) if n not in known}
+        if missing[i]:
+            for n in missing[i]:
+                waiting.setdefault(n, []).append(i)
+            continue
+        value = _eval(tree, known)
+        if value is None:
+            continue
+        known[name] = value
+        for j in waiting.pop(name, []):  # later in this pass, or in the next one
+            heapq.heappush(heap, (round_ if j > i else round_ + 1, j))
     return known
 
 
 _ARITHMETIC = re.compile(r"^[\w\s+\-*/%:]+$")
 
 
-def _settle(name: str, expr: str, known: dict[str, int]) -> bool:
-    value = fold(expr, known)
-    if value is not None:
-        known[name] = value
-    return value is not None
-
-
 def fold(expr: str, known: dict[str, int]) -> int | None:
     """Evaluate a small integer expression (literals, known names, + - * / %), else None."""
+    tree = _parse(expr)
+    return None if tree is None else _eval(tree, known)
+
+
+def _parse(expr: str) -> ast.expr | None:
+    if len(expr) > _EXPR_LIMIT:
+        return None
     cleaned = re.sub(r"\b(?:device|sglang|std)::", "", expr)
     cleaned = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b", r"\1", cleaned).strip()
     cleaned = re.sub(r"static_cast<[^>]*>", "", cleaned)
     try:
-        tree = ast.parse(cleaned, mode="eval")
-    except SyntaxError:
+        return ast.parse(cleaned, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return _eval(tree.body, known)
+
+
+def _names(tree: ast.expr) -> set[str]:
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
 def _eval(node: ast.AST, known: dict[str, int]) -> int | None:
@@ -194,6 +301,14 @@ def _eval(node: ast.AST, known: dict[str, int]) -> int | None:
 
 
 def _binop(op: ast.operator, a: int, b: int) -> int | None:
+    value = _binop_unbounded(op, a, b)
+    return value if value is None or abs(value) <= _VALUE_LIMIT else None
+
+
+_VALUE_LIMIT = 1 << 64  # a launch size or a warp count; nothing in a kernel file is larger
+
+
+def _binop_unbounded(op: ast.operator, a: int, b: int) -> int | None:
     if isinstance(op, ast.Add):
         return a + b
     if isinstance(op, ast.Sub):
@@ -213,11 +328,13 @@ def _binop(op: ast.operator, a: int, b: int) -> int | None:
 def find_kernel0(text: str) -> tuple[int, int]:
     """(offset of '{', offset of '}') of kernel0's one definition."""
     bodies = []
-    for m in re.finditer(rf"\b{KERNEL0}\s*\(", text):
+    for m in _KERNEL0_CALL.finditer(text):
+        if not at_word_start(text, m.start()):
+            continue
         close = matching(text, m.end() - 1)
-        after = re.match(r"\s*\{", text[close + 1 :])
+        after = _BODY_OPEN.match(text, close + 1)  # no slice: a copy per call is quadratic
         if after:
-            open_brace = close + after.end()
+            open_brace = after.end() - 1
             bodies.append((open_brace, matching(text, open_brace)))
     if not bodies:
         raise ParseError(f"no definition of {KERNEL0}")
@@ -395,7 +512,9 @@ def _launches(text: str) -> list[tuple[str, str]]:
         rf"LaunchKernel\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*(?:,[^()]*)?\)\s*\(\s*{KERNEL0}\b",
         text,
     )
-    chevrons = re.findall(rf"\b{KERNEL0}\s*<<<\s*([^,>]+?)\s*,\s*([^,>]+?)\s*(?:,[^>]*)?>>>", text)
+    chevrons = [
+        (m.group(1), m.group(2)) for m in _CHEVRONS.finditer(text) if at_word_start(text, m.start())
+    ]
     return calls + chevrons
 
 
@@ -406,7 +525,7 @@ def _single_block_launch(k: Kernel0) -> Precondition:
     if not launches:
         return Precondition(name, False, f"found no launch site of {KERNEL0}")
     bounds = re.search(
-        rf"__launch_bounds__\s*\(\s*([^,)]+)[^)]*\)\s*(?:/+\s*)?\s*void\s+{KERNEL0}", k.text
+        rf"__launch_bounds__\s*\(\s*([^,)]+)(?:,[^)]*)?\)\s*(?:/+\s*)?\s*void\s+{KERNEL0}", k.text
     )
     bound = fold(bounds.group(1), k.constants) if bounds else BLOCK_THREADS
     shown = [_launch_detail(k, grid, block) for grid, block in launches]

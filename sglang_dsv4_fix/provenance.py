@@ -1,15 +1,37 @@
-"""The provenance record and the original's backup, kept beside the kernel so they travel with it."""
+"""The provenance record and the original's backup, kept beside the kernel so they travel with it.
+
+A record is read as hostile input: a regular file of at most ``RECORD_LIMIT`` bytes, one flat JSON
+object whose every field has its type, length and allowed values, and whose manifest-patch claims
+agree with the release manifest. A record that fails is damaged: reported, never acted on.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import atomic_write, remove
+from sglang_dsv4_fix.fsops import RECORD_LIMIT, Folder, atomic_write, held, read_regular, remove
 
 TAG = "sglang-dsv4-fix"
+STATES = ("pending", "applied")
+VARIANTS = ("no-init", "barrier")  # kernel.FIXED, without importing the classifier here
+METHODS = ("manifest-patch", "structural")
+_SHA = re.compile(r"[0-9a-f]{64}")
+_SHORT = re.compile(r"[\x20-\x7e]{1,64}")  # versions, times: printable ASCII, one line
+
+
+class DamagedRecord(FatalError):
+    """The record beside the kernel fails validation; nothing may be decided from it."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"{path}: damaged provenance record ({why}); not acting on it", Exit.UNKNOWN
+        )
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -24,6 +46,11 @@ class Provenance:
     time: str  # UTC, ISO 8601
     kernel: str  # the kernel's file name
     backup: str  # the backup's file name, beside the kernel
+    # While a variant switch is pending: the record it replaces (variant, bytes, method), so a run
+    # killed before the kernel was replaced rolls back to it. None otherwise.
+    previous_variant: str | None = None
+    previous_sha256: str | None = None
+    previous_method: str | None = None
 
 
 def record_path(kernel: Path) -> Path:
@@ -35,25 +62,146 @@ def backup_path(kernel: Path) -> Path:
 
 
 def read(kernel: Path) -> Provenance | None:
+    """The validated record beside ``kernel``, None if there is none; ``DamagedRecord`` if bad."""
     path = record_path(kernel)
+    folder = held(kernel.parent)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:  # none, or a revert outside our lock just dropped it
+        if folder is not None:
+            if folder.stat(path.name) is None:
+                return None
+            data = folder.read(path.name, RECORD_LIMIT, "provenance record", Exit.UNKNOWN)
+        else:
+            if not path.exists() and not path.is_symlink():
+                return None
+            data = read_regular(path, RECORD_LIMIT, "provenance record", follow=False)
+    except FatalError as e:
+        if isinstance(e.__cause__, FileNotFoundError):
+            return None  # removed between the look and the open (a revert that just finished)
+        raise DamagedRecord(path, str(e).removeprefix(f"{path}: ")) from e
+    return parse(path, data, kernel)
+
+
+def parse(path: Path, data: bytes, kernel: Path) -> Provenance:
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # RecursionError: absurdly deep nesting
+        raise DamagedRecord(path, f"not JSON: {type(e).__name__}") from e
+    if not isinstance(raw, dict):
+        raise DamagedRecord(path, f"not a JSON object but {type(raw).__name__}")
+    record = _fields(path, raw)
+    _check(path, record, kernel)
+    return record
+
+
+def _fields(path: Path, raw: dict[str, Any]) -> Provenance:
+    nested = [k for k, v in raw.items() if isinstance(v, (dict, list))]
+    if nested:
+        raise DamagedRecord(path, f"nested value in {_show(nested[0])}")
+    names = Provenance.__dataclass_fields__
+    missing = [n for n, f in names.items() if n not in raw and f.default is not None]
+    if missing:
+        raise DamagedRecord(path, f"missing {', '.join(missing)}")
+    values: dict[str, Any] = {n: raw.get(n) for n in names}  # types checked next, in _check
+    return Provenance(**values)
+
+
+def _check(path: Path, r: Provenance, kernel: Path) -> None:
+    problems = [
+        _one_of("state", r.state, STATES),
+        _one_of("variant", r.variant, VARIANTS),
+        _one_of("method", r.method, METHODS),
+        _sha("base_sha256", r.base_sha256),
+        _sha("result_sha256", r.result_sha256),
+        _short("tool_version", r.tool_version),
+        _short("time", r.time),
+        None if r.base_release is None else _short("base_release", r.base_release),
+        _equal("kernel", r.kernel, kernel.name),
+        _equal("backup", r.backup, backup_path(kernel).name),
+        *_previous(r),
+    ]
+    found = next((p for p in problems if p), None) or _manifest_claim(r)
+    if found:
+        raise DamagedRecord(path, found)
+
+
+def _previous(r: Provenance) -> list[str | None]:
+    values = (r.previous_variant, r.previous_sha256, r.previous_method)
+    if all(v is None for v in values):
+        return []
+    return [
+        _one_of("previous_variant", r.previous_variant, VARIANTS),
+        _sha("previous_sha256", r.previous_sha256),
+        _one_of("previous_method", r.previous_method, METHODS),
+        None if r.state == "pending" else "previous_* fields on an applied record",
+    ]
+
+
+def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> str | None:
+    return None if value in allowed else f"{name} {_show(value)} is not one of {', '.join(allowed)}"
+
+
+def _sha(name: str, value: object) -> str | None:
+    ok = isinstance(value, str) and _SHA.fullmatch(value)
+    return None if ok else f"{name} {_show(value)} is not 64 lowercase hex digits"
+
+
+def _short(name: str, value: object) -> str | None:
+    ok = isinstance(value, str) and _SHORT.fullmatch(value)
+    return None if ok else f"{name} {_show(value)} is not a short printable string"
+
+
+def _equal(name: str, value: object, expected: str) -> str | None:
+    return None if value == expected else f"{name} {_show(value)} is not {expected!r}"
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _manifest_claim(r: Provenance) -> str | None:
+    """A manifest-patch record must name bytes the manifest knows: the base release's original
+    and its fix. Otherwise a replaced backup plus an edited base_sha256 would pass for ours."""
+    if r.method != "manifest-patch":
         return None
-    except OSError as e:
-        raise FatalError(f"{path}: unreadable provenance record ({e})", Exit.UNKNOWN) from e
-    try:
-        raw = json.loads(text)
-        return Provenance(**{k: raw[k] for k in Provenance.__dataclass_fields__})
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FatalError(f"{path}: unreadable provenance record ({e})", Exit.UNKNOWN) from e
+    from sglang_dsv4_fix import manifest
+
+    m = manifest.load()
+    known = [
+        rel
+        for rel in m.releases.values()
+        if rel.sha256 == r.base_sha256
+        and r.variant in rel.results
+        and rel.results[r.variant].sha256 == r.result_sha256
+    ]
+    if not known:
+        return (
+            f"manifest-patch, but no release's original {r.base_sha256[:16]}… has the "
+            f"{r.variant} fix {r.result_sha256[:16]}…"
+        )
+    if r.base_release is not None and r.base_release not in {rel.version for rel in known}:
+        return f"base_release {r.base_release} does not have the original {r.base_sha256[:16]}…"
+    return None
 
 
-def write(kernel: Path, record: Provenance) -> None:
-    data = json.dumps(asdict(record), indent=2, sort_keys=True) + "\n"
-    atomic_write(record_path(kernel), data.encode("utf-8"), mode=0o644)
+def write(kernel: Path, record: Provenance, owner: tuple[int, int] | None = None) -> None:
+    data = (json.dumps(asdict(record), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    folder = held(kernel.parent)
+    if folder is None:
+        atomic_write(record_path(kernel), data, mode=0o644)
+    else:
+        folder.write(record_path(kernel).name, data, 0o644, owner)
 
 
 def discard(kernel: Path) -> None:
-    remove(record_path(kernel))
-    remove(backup_path(kernel))
+    folder = held(kernel.parent)
+    if folder is None:
+        remove(record_path(kernel))
+        remove(backup_path(kernel))
+        return
+    _discard_in(folder, kernel)
+
+
+def _discard_in(folder: Folder, kernel: Path) -> None:
+    folder.unlink(record_path(kernel).name)
+    folder.unlink(backup_path(kernel).name)

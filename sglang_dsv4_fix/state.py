@@ -11,7 +11,7 @@ from typing import Any
 
 from sglang_dsv4_fix import manifest, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes, sha256_file
 from sglang_dsv4_fix.kernel import FIXED, Classification, classify
 from sglang_dsv4_fix.manifest import Release
 from sglang_dsv4_fix.tree import Tree
@@ -97,7 +97,7 @@ def inspect(tree: Tree) -> KernelState:
     """Read the kernel of ``tree`` (which must have one) and everything known about it."""
     assert tree.kernel_path is not None
     try:
-        data = tree.kernel_path.read_bytes()
+        data = read_regular(tree.kernel_path, KERNEL_LIMIT, "kernel")
     except OSError as e:  # a folder, a dangling link, unreadable: say so, not a traceback
         raise FatalError(
             f"{tree.kernel_path}: cannot read the kernel ({e.strerror})", Exit.NOT_FOUND

@@ -1,21 +1,36 @@
 """Apply and revert as transactions: lock, journal, atomic replace, record; recover a torn run.
 
 Write order (each step atomic): backup of the original -> record in state "pending" -> kernel
-replaced -> record "applied". A run killed anywhere leaves the kernel either original or patched,
-and the next run under the lock finishes or discards the pending record by comparing hashes.
+replaced -> record "applied". A variant switch computes the new variant from the backup in memory
+and replaces the kernel once: the racy original is never written back on the way. A run killed
+anywhere leaves the kernel the original, the old variant or the new one, and the next run under
+the lock finishes or rolls back the pending record by comparing hashes.
+
+All file work under the lock goes through the ``Folder`` that ``fsops.file_lock`` holds (a
+descriptor, ``dir_fd=``), never through the kernel's path, so a folder swapped for a symbolic link
+mid-run cannot redirect a write outside the tree.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-import glob
+import os
 import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sglang_dsv4_fix import __version__, manifest, patching, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import atomic_write, remove, sha256_bytes, sha256_file
+from sglang_dsv4_fix.fsops import (
+    KERNEL_LIMIT,
+    Folder,
+    held,
+    is_our_temp,
+    read_regular,
+    sha256_bytes,
+)
 from sglang_dsv4_fix.kernel import FIXED
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite
@@ -31,7 +46,8 @@ class Plan:
     message: str
     new_data: bytes = b""
     record: Provenance | None = None
-    restore_first: bool = False  # ours, but the other variant: go back to the original first
+    replaces_sha256: str = ""  # the kernel's bytes the write replaces (checked under the lock)
+    replaces_record: Provenance | None = None  # a switch: the record it replaces (for rollback)
 
 
 def kernel_of(tree: Tree) -> Path:
@@ -45,6 +61,15 @@ def kernel_of(tree: Tree) -> Path:
 
 
 def check_writable(kernel: Path, tree: Tree) -> None:
+    try:
+        _check_writable(kernel, tree)
+    except OSError as e:  # the kernel or its folder vanished or changed while we looked
+        raise FatalError(
+            f"{kernel}: cannot check the kernel ({e.strerror}); nothing changed", Exit.REFUSED
+        ) from e
+
+
+def _check_writable(kernel: Path, tree: Tree) -> None:
     if kernel.is_symlink():
         raise FatalError(
             f"{kernel}: is a symbolic link; refusing to write through it", Exit.REFUSED
@@ -53,9 +78,23 @@ def check_writable(kernel: Path, tree: Tree) -> None:
         raise FatalError(f"{kernel}: resolves outside {tree.package_dir}; refusing", Exit.REFUSED)
     if not kernel.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         raise FatalError(f"{kernel}: is read-only; make it writable to patch it", Exit.REFUSED)
+    if os.statvfs(kernel.parent).f_flag & os.ST_RDONLY:
+        raise FatalError(
+            f"{kernel.parent}: is on a read-only file system; nothing changed", Exit.REFUSED
+        )
+    if not os.access(kernel.parent, os.W_OK | os.X_OK):
+        raise FatalError(
+            f"{kernel.parent}: the kernel's folder is not writable for this user; nothing changed",
+            Exit.REFUSED,
+        )
+
+
+# ---------------------------------------------------------------- planning (read-only)
 
 
 def plan_apply(state: KernelState, target: Target) -> Plan:
+    if state.record_damage:  # never decide anything from a record that fails validation
+        raise FatalError(state.record_damage, Exit.UNKNOWN)
     variant, fixed = state.variant, state.variant in FIXED
     if variant == target and state.safe:
         return Plan("none", f"already fixed ({target}); nothing to do")
@@ -73,22 +112,26 @@ def plan_apply(state: KernelState, target: Target) -> Plan:
 
 
 def _switch(state: KernelState, target: Target) -> Plan:
-    assert state.record is not None and state.tree.kernel_path is not None
-    original = provenance.backup_path(state.tree.kernel_path).read_bytes()
-    if sha256_bytes(original) != state.record.base_sha256:
-        raise FatalError(
-            f"{provenance.backup_path(state.tree.kernel_path)}: does not hold the recorded original; refusing",
-            Exit.REFUSED,
-        )
-    plan = _patch(state, original.decode("utf-8"), state.record.base_sha256, target)
-    return replace(plan, restore_first=True)
+    """The other variant, made from the backup in memory: one replace of our old variant."""
+    record = state.record
+    assert record is not None and state.tree.kernel_path is not None
+    original = original_bytes(state.tree.kernel_path, record)
+    plan = _patch(state, original.decode("utf-8"), record.base_sha256, target)
+    assert plan.record is not None
+    pending = replace(
+        plan.record,
+        previous_variant=record.variant,
+        previous_sha256=record.result_sha256,
+        previous_method=record.method,
+    )
+    return replace(plan, record=pending, replaces_sha256=state.sha256, replaces_record=record)
 
 
 def _patch(state: KernelState, text: str, base_sha: str, target: Target) -> Plan:
     m = manifest.load()
     bases = m.bases(base_sha, state.tree.layout)
     if bases and target in bases[0].results:
-        new, method = _from_manifest(state, text, bases[0], target), "manifest-patch"
+        new, method = _from_manifest(text, bases[0], target), "manifest-patch"
         names = ", ".join(r.version for r in bases)
         note = f"known base (release {names})"
     else:
@@ -96,10 +139,11 @@ def _patch(state: KernelState, text: str, base_sha: str, target: Target) -> Plan
         note = f"base is unknown (sha256 {base_sha[:16]}…): rewrote kernel0 structurally"
         _require_safe(new, target)
     record = _record(state, bases, base_sha, new, target, method)
-    return Plan("write", f"{note}; {target} -> sha256 {record.result_sha256[:16]}…", new, record)
+    message = f"{note}; {target} -> sha256 {record.result_sha256[:16]}…"
+    return Plan("write", message, new, record, replaces_sha256=base_sha)
 
 
-def _from_manifest(state: KernelState, text: str, base: manifest.Release, target: str) -> bytes:
+def _from_manifest(text: str, base: manifest.Release, target: str) -> bytes:
     result = base.results[target]
     git_path = f"python/{base.path}"
     new = patching.apply(text, manifest.patch_text(result.patch), git_path).encode("utf-8")
@@ -130,8 +174,12 @@ def _record(
     method: str,
 ) -> Provenance:
     assert state.tree.kernel_path is not None
-    # One known base names the release; several (0.5.12 and 0.5.12.post1 share bytes) or none: the tree's.
-    release = bases[0].version if len(bases) == 1 else state.tree.release
+    # One known base names the release; several (0.5.12 and 0.5.12.post1 share bytes): the tree's
+    # if it is one of them; none (unknown base): the tree's.
+    names = [r.version for r in bases]
+    release = names[0] if len(names) == 1 else state.tree.release
+    if len(names) > 1 and release not in names:
+        release = None
     return Provenance(
         state="pending",
         variant=target,
@@ -146,77 +194,256 @@ def _record(
     )
 
 
+# ---------------------------------------------------------------- the backup
+
+
+def original_bytes(kernel: Path, record: Provenance) -> bytes:
+    """The backup's bytes, only if they are the original the (validated) record names."""
+    why = backup_verdict(kernel, record)
+    if why is not None:
+        raise FatalError(f"{provenance.backup_path(kernel)}: {why}; refusing", Exit.REFUSED)
+    return _read_backup(kernel)
+
+
+def backup_verdict(kernel: Path, record: Provenance) -> str | None:
+    """None if the backup beside ``kernel`` holds the original ``record`` names, else why not.
+
+    The record is validated (``provenance.read``): for a manifest-patch its base is the manifest's
+    original of that release; for a structural rewrite, the sha256 the record wrote.
+    """
+    try:
+        data = _read_backup(kernel)
+    except FatalError as e:
+        return str(e).removeprefix(f"{provenance.backup_path(kernel)}: ")
+    if sha256_bytes(data) != record.base_sha256:
+        return (
+            f"does not hold the recorded original (sha256 {sha256_bytes(data)[:16]}…, "
+            f"recorded {record.base_sha256[:16]}…)"
+        )
+    return None
+
+
+def _read_backup(kernel: Path) -> bytes:
+    folder = held(kernel.parent)
+    name = provenance.backup_path(kernel).name
+    if folder is not None:
+        return folder.read(name, KERNEL_LIMIT, "backup")
+    return read_regular(provenance.backup_path(kernel), KERNEL_LIMIT, "backup", follow=False)
+
+
+# ---------------------------------------------------------------- under the lock
+
+
+def _folder(kernel: Path) -> Folder:
+    folder = held(kernel.parent)
+    if folder is None:
+        raise FatalError(f"{kernel}: written without holding the folder lock", Exit.INTERNAL)
+    return folder
+
+
+def _kernel_bytes(folder: Folder, kernel: Path) -> tuple[bytes, os.stat_result]:
+    data = folder.read(kernel.name, KERNEL_LIMIT, "kernel", Exit.NOT_FOUND)
+    st = folder.stat(kernel.name)
+    assert st is not None
+    return data, st
+
+
+def _owner(st: os.stat_result) -> tuple[int, int]:
+    return st.st_uid, st.st_gid
+
+
+Undo = list[Callable[[], None]]
+LATER = "the next run finishes or rolls back"
+
+
+@contextlib.contextmanager
+def _writing(path: Path, undo: Undo | None = None) -> Iterator[None]:
+    """An OSError the operator can cause (read-only or full file system, EFBIG, permissions)
+    becomes one line and exit 6, after undoing the steps in ``undo``; without ``undo`` the run
+    has already changed something that recovery completes."""
+    try:
+        yield
+    except OSError as e:
+        clean = undo is not None and _undo(undo)
+        tail = "nothing changed" if clean else LATER
+        raise FatalError(f"{path}: cannot write ({e.strerror}); {tail}", Exit.REFUSED) from e
+
+
+def _undo(steps: Undo) -> bool:
+    ok = True
+    for step in reversed(steps):
+        try:
+            step()
+        except OSError:
+            ok = False
+    return ok
+
+
 def recover(kernel: Path) -> None:
     """Finish what a killed apply or revert left behind (call under the lock).
 
-    Kernel == recorded result: the write landed, mark the record applied. Kernel == recorded
-    base: the write never landed (apply) or the restore did (revert): drop record and backup.
+    Kernel == recorded result: the write landed, mark the record applied. Kernel == the bytes a
+    pending switch replaces: it never landed, restore the old record. Kernel == recorded base:
+    the write never landed (apply) or the restore did (revert): drop record and backup.
     """
-    record = provenance.read(kernel)
-    for tmp in _stale_temps(kernel):  # a killed atomic_write's temp file (we hold the lock)
-        remove(tmp)
-    if record is None:
-        backup = provenance.backup_path(kernel)
-        if backup.is_file() and sha256_file(backup) == sha256_file(kernel):
-            remove(backup)  # killed before the record was written, or after revert dropped it
+    folder = _folder(kernel)
+    with _writing(folder.path):
+        for tmp in stale_temps(folder, kernel):  # a killed write's temp file (we hold the lock)
+            folder.unlink(tmp)
+        record = provenance.read(kernel)
+        current = sha256_bytes(_kernel_bytes(folder, kernel)[0])
+        if record is None:
+            _drop_lone_backup(folder, kernel, current)
+            return
+        _resolve(folder, kernel, record, current)
+
+
+def _drop_lone_backup(folder: Folder, kernel: Path, current: str) -> None:
+    name = provenance.backup_path(kernel).name
+    if not folder.is_file(name):
         return
-    current = sha256_file(kernel)
-    if current == record.result_sha256 and record.state == "pending":
-        provenance.write(kernel, replace(record, state="applied"))
+    if sha256_bytes(folder.read(name, KERNEL_LIMIT, "backup")) == current:
+        folder.unlink(name)  # killed before the record was written, or after revert dropped it
+
+
+def _resolve(folder: Folder, kernel: Path, record: Provenance, current: str) -> None:
+    pending = record.state == "pending"
+    if pending and current == record.result_sha256:
+        provenance.write(kernel, _applied(record), _owner_of(folder, kernel))
+    elif pending and record.previous_sha256 is not None and current == record.previous_sha256:
+        provenance.write(kernel, _rolled_back(record), _owner_of(folder, kernel))
     elif current == record.base_sha256:
         provenance.discard(kernel)
-    elif record.state == "pending":
+    elif pending:
         raise FatalError(
             f"{kernel}: changed during an interrupted apply; inspect by hand", Exit.REFUSED
         )
 
 
-def _stale_temps(kernel: Path) -> list[Path]:
-    names = (kernel, provenance.record_path(kernel), provenance.backup_path(kernel))
-    return [t for n in names for t in kernel.parent.glob(f".{glob.escape(n.name)}.*.tmp")]
+def _applied(record: Provenance) -> Provenance:
+    return replace(
+        record, state="applied", previous_variant=None, previous_sha256=None, previous_method=None
+    )
+
+
+def _rolled_back(record: Provenance) -> Provenance:
+    assert record.previous_variant and record.previous_sha256 and record.previous_method
+    return _applied(
+        replace(
+            record,
+            variant=record.previous_variant,
+            result_sha256=record.previous_sha256,
+            method=record.previous_method,
+        )
+    )
+
+
+def _owner_of(folder: Folder, kernel: Path) -> tuple[int, int] | None:
+    st = folder.stat(kernel.name)
+    return None if st is None else _owner(st)
+
+
+def stale_temps(folder: Folder, kernel: Path) -> list[str]:
+    """Temp files a killed write of ours left: our exact name shape, regular files only."""
+    names = (kernel.name, provenance.record_path(kernel).name, provenance.backup_path(kernel).name)
+    return [
+        entry
+        for entry in folder.names()
+        if any(is_our_temp(entry, n) for n in names) and folder.is_file(entry)
+    ]
 
 
 def torn(kernel: Path) -> bool:
     """A killed run left something for ``recover``: a pending record, a temp file, a lone backup."""
     record = provenance.read(kernel)
     lone_backup = record is None and provenance.backup_path(kernel).is_file()
-    return bool(lone_backup or (record and record.state == "pending") or _stale_temps(kernel))
+    if lone_backup or (record and record.state == "pending"):
+        return True
+    return _has_stale_temps(kernel)
+
+
+def _has_stale_temps(kernel: Path) -> bool:
+    names = (kernel.name, provenance.record_path(kernel).name, provenance.backup_path(kernel).name)
+    try:
+        entries = os.listdir(kernel.parent)
+    except OSError:
+        return False
+    return any(
+        is_our_temp(e, n) and (kernel.parent / e).is_file() and not (kernel.parent / e).is_symlink()
+        for e in entries
+        for n in names
+    )
 
 
 def commit_plan(kernel: Path, plan: Plan) -> None:
     """Carry out a write plan: backup, journal, replace, record (call under the lock)."""
     assert plan.record is not None
-    backup = provenance.backup_path(kernel)
-    if plan.restore_first:
-        atomic_write(kernel, backup.read_bytes())
-    original = kernel.read_bytes()
-    if sha256_bytes(original) != plan.record.base_sha256:
+    folder = _folder(kernel)
+    current, st = _kernel_bytes(folder, kernel)
+    if sha256_bytes(current) != (plan.replaces_sha256 or plan.record.base_sha256):
         raise FatalError(f"{kernel}: changed while planning; run again", Exit.REFUSED)
-    if not backup.exists() or sha256_file(backup) != plan.record.base_sha256:
-        atomic_write(backup, original, mode=0o444)
-    provenance.write(kernel, plan.record)
-    atomic_write(kernel, plan.new_data)
-    provenance.write(kernel, replace(plan.record, state="applied"))
+    owner = _owner(st)
+    undo: Undo = []
+    with _writing(folder.path, undo):
+        _ensure_backup(folder, kernel, plan, current, owner, undo)
+        provenance.write(kernel, plan.record, owner)
+        undo.append(_restore_record(kernel, plan.replaces_record, owner))
+        folder.write(kernel.name, plan.new_data, stat.S_IMODE(st.st_mode), owner)
+    with _writing(folder.path):  # the kernel landed: from here recovery rolls forward
+        provenance.write(kernel, _applied(plan.record), owner)
+
+
+def _ensure_backup(
+    folder: Folder,
+    kernel: Path,
+    plan: Plan,
+    current: bytes,
+    owner: tuple[int, int],
+    undo: Undo,
+) -> None:
+    assert plan.record is not None
+    name = provenance.backup_path(kernel).name
+    if plan.replaces_record is not None:  # a switch: the backup must still be the original
+        if sha256_bytes(folder.read(name, KERNEL_LIMIT, "backup")) != plan.record.base_sha256:
+            raise FatalError(
+                f"{folder.path / name}: does not hold the recorded original; refusing",
+                Exit.REFUSED,
+            )
+        return
+    base = plan.record.base_sha256
+    if folder.is_file(name) and sha256_bytes(folder.read(name, KERNEL_LIMIT, "backup")) == base:
+        return
+    folder.write(name, current, 0o444, owner)
+    undo.append(lambda: folder.unlink(name))
+
+
+def _restore_record(
+    kernel: Path, previous: Provenance | None, owner: tuple[int, int]
+) -> Callable[[], None]:
+    folder = _folder(kernel)
+    name = provenance.record_path(kernel).name
+    if previous is None:
+        return lambda: folder.unlink(name)
+    return lambda: provenance.write(kernel, previous, owner)
 
 
 def revert(kernel: Path) -> str:
     """Restore the backup if the kernel is exactly what we wrote (call under the lock)."""
+    folder = _folder(kernel)
     record = provenance.read(kernel)
     if record is None:
         return "nothing to revert: the kernel was not patched by sglang-dsv4-fix"
-    current = sha256_file(kernel)
+    data, st = _kernel_bytes(folder, kernel)
+    current = sha256_bytes(data)
     if current != record.result_sha256:
         raise FatalError(
             f"{kernel}: sha256 {current[:16]}… is not what sglang-dsv4-fix wrote "
             f"({record.result_sha256[:16]}…); refusing to revert someone else's change",
             Exit.REFUSED,
         )
-    backup = provenance.backup_path(kernel).read_bytes()
-    if sha256_bytes(backup) != record.base_sha256:
-        raise FatalError(
-            f"{provenance.backup_path(kernel)}: does not hold the recorded original; refusing",
-            Exit.REFUSED,
-        )
-    atomic_write(kernel, backup)
-    provenance.discard(kernel)
+    original = original_bytes(kernel, record)
+    with _writing(folder.path, []):
+        folder.write(kernel.name, original, stat.S_IMODE(st.st_mode), _owner(st))
+    with _writing(folder.path):
+        provenance.discard(kernel)
     return f"restored the original kernel (sha256 {record.base_sha256[:16]}…)"

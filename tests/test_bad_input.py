@@ -456,12 +456,15 @@ CASES = [
         revert_tampered_backup,
         Exit.REFUSED,
         ERR
-        + r".*/\.c_plan\.cuh\.sglang-dsv4-fix\.orig: does not hold the recorded original; refusing",
+        + r".*/\.c_plan\.cuh\.sglang-dsv4-fix\.orig: does not hold the recorded original "
+        + r"\(sha256 [0-9a-f]{16}…, recorded 6fa3a2a0cef7a4d7…\); refusing",
     ),
     Case(
         corrupt_record,
         Exit.UNKNOWN,
-        ERR + r".*/\.c_plan\.cuh\.sglang-dsv4-fix\.json: unreadable provenance record \(.*\)",
+        ERR
+        + r".*/\.c_plan\.cuh\.sglang-dsv4-fix\.json: damaged provenance record "
+        + r"\(not JSON: JSONDecodeError\); not acting on it",
     ),
     Case(
         git_foreign_change,

@@ -121,6 +121,7 @@ class Scenario:
     killed: list[str]
     read_stride: int = 10  # before the lock (reading, planning): every n-th step
     write_stride: int = 1  # from the lock on (the write path): every n-th step
+    switch: bool = False  # a variant switch: the racy original must never be on disk
 
 
 SCENARIOS = [
@@ -136,6 +137,17 @@ SCENARIOS = [
         ["apply", "--variant", "barrier"],
         10,
         3,
+        switch=True,
+    ),
+    Scenario(
+        "switch barrier->no-init 0.5.16",
+        "installed",
+        "0.5.16",
+        [["apply", "--variant", "barrier"]],
+        ["apply", "--variant", "no-init"],
+        10,
+        1,
+        switch=True,
     ),
     Scenario("revert no-init 0.5.16", "installed", "0.5.16", [["apply"]], ["revert"]),
     Scenario(
@@ -191,6 +203,8 @@ class Trials:
         problems = []
         if backup is not None and backup != sha(self.original):
             problems.append("backup is not the original")
+        if self.s.switch and kernel == sha(self.original):
+            problems.append("a killed variant switch left the racy original on disk")
         if kernel == sha(self.original):
             if record is not None and record["base_sha256"] != kernel:
                 problems.append("record's base is not the original")
@@ -248,7 +262,11 @@ def test_sigkill_at_every_step_of_apply_and_revert(
         t.reset()
         killed, steps, locked = run_killed(t.argv(), None)
         assert not killed and 10 < locked < steps, scenario.name
-        target = "barrier" if "barrier" in scenario.killed else "no-init"
+        target = (
+            scenario.killed[scenario.killed.index("--variant") + 1]
+            if "--variant" in scenario.killed
+            else "no-init"
+        )
         points = [
             *range(1, locked, scenario.read_stride),
             *range(locked, steps + 1, scenario.write_stride),
