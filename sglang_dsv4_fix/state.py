@@ -11,7 +11,7 @@ from typing import Any
 
 from sglang_dsv4_fix import manifest, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes, sha256_file
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
 from sglang_dsv4_fix.kernel import FIXED, Classification, classify
 from sglang_dsv4_fix.manifest import Release
 from sglang_dsv4_fix.tree import Tree
@@ -118,8 +118,7 @@ def _classify(data: bytes) -> Classification:
 
 
 def backup_matches(state: KernelState) -> bool:
-    """The backup beside the kernel holds the base the record names."""
-    if state.record is None:
-        return False
-    path = provenance.backup_path(state.kernel)
-    return path.is_file() and sha256_file(path) == state.record.base_sha256
+    """The backup beside the kernel holds the original the (validated) record names."""
+    from sglang_dsv4_fix.transaction import backup_verdict
+
+    return state.record is not None and backup_verdict(state.kernel, state.record) is None
