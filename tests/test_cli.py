@@ -65,7 +65,7 @@ def test_git_refuses_foreign_changes_unless_forced(
     assert main(["apply", "--tree", str(root)]) == 6
     assert capsys.readouterr().err == (
         f"sglang-dsv4-fix: error: {KERNEL} has uncommitted changes not made by sglang-dsv4-fix; "
-        "commit or stash them, or pass --force\n"
+        f"commit or stash them, or run: sglang-dsv4-fix apply --force --tree {root}\n"
     )
     assert snapshot(root) == before
     assert main(["apply", "--tree", str(root), "--force"]) == 0
