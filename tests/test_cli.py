@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,261 @@ def test_commit_without_a_git_identity_is_refused_before_any_write(
         "user.email): "
     ), err
     assert snapshot(root) == before
+
+
+# --------------------------------------------------------------------------- many trees
+
+
+def test_many_trees_one_line_each_most_severe_exit(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    racy = tree_factory.installed("0.5.16", tmp_path / "racy")
+    fixed = tree_factory.installed("0.5.18", tmp_path / "fixed")
+    old = tree_factory.installed("0.5.11", tmp_path / "old")
+    missing = tmp_path / "nope"
+    trees = ["--tree", str(fixed), "--tree", str(racy), "--tree", str(missing), "--tree", str(old)]
+    assert main(["verify", *trees]) == 1  # racy outranks not found (7) and not applicable (4)
+    cap = capsys.readouterr()
+    kernel = "sglang/kernels/jit/csrc/deepseek_v4/c_plan.cuh"
+    assert cap.out.splitlines() == [
+        f"{fixed / kernel}: VERIFIED: no-init, release 0.5.18's own kernel (fixed upstream) "
+        "(sha256 b0d792dc409ea18a…)",
+        f"{racy / KERNEL.removeprefix('python/')}: RACY: racy-init kernel0 (sgl-project/sglang#32467)"
+        f" (run: sglang-dsv4-fix apply --tree {racy})",
+        f"{old / 'sglang'}: NOT APPLICABLE: no DeepSeek-V4 planner in this tree (release 0.5.11); "
+        "not affected",
+    ]
+    assert cap.err == f"sglang-dsv4-fix: error: {missing}: no such file or folder\n"
+    assert main(["verify", *trees[:2], *trees[4:]]) == 7  # not found outranks not applicable
+    assert main(["verify", "--allow-not-applicable", *trees[:2], *trees[6:]]) == 0
+
+
+def test_many_trees_json_is_an_array_in_order(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    racy = tree_factory.installed("0.5.16", tmp_path / "racy")
+    fixed = tree_factory.installed("0.5.18", tmp_path / "fixed")
+    missing = tmp_path / "nope"
+    trees = ["--tree", str(racy), "--tree", str(missing), "--tree", str(fixed)]
+    assert main(["verify", "--json", *trees]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert [(o["tree"], o["exit"]) for o in out] == [
+        (str(racy), 1),
+        (str(missing), 7),
+        (str(fixed), 0),
+    ]
+    assert out[0]["state"] == "racy" and out[2]["state"] == "verified"
+    assert out[1] == {"command": "verify", "tree": str(missing), "exit": 7,
+                      "error": f"{missing}: no such file or folder"}  # fmt: skip
+    assert main(["status", "--json", *trees]) == 7  # status is informational; not found is not
+    assert [o["exit"] for o in json.loads(capsys.readouterr().out)] == [1, 7, 0]
+    assert main(["verify", "--json", "--tree", str(fixed)]) == 0  # one tree: one object
+    assert json.loads(capsys.readouterr().out)["state"] == "verified"
+
+
+def test_apply_and_revert_many_trees(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = tree_factory.installed("0.5.16", tmp_path / "a")
+    b = tree_factory.git("0.5.13", tmp_path / "b")
+    trees = ["--tree", str(a), "--tree", str(b)]
+    assert main(["apply", *trees]) == 0
+    assert [ln.split(": ", 1)[1] for ln in capsys.readouterr().out.splitlines()] == [
+        "wrote: known base (release 0.5.16); no-init -> sha256 e5fc32a523b4bbc2…",
+        "wrote: known base (release 0.5.13, 0.5.13.post1, 0.5.14); no-init"
+        f" -> sha256 {_fixed_sha('0.5.13')[:16]}…",
+    ]
+    assert main(["verify", *trees]) == 0
+    capsys.readouterr()
+    assert main(["revert", "--dry-run", "--json", *trees]) == 0
+    assert [o["would_revert"] for o in json.loads(capsys.readouterr().out)] == [True, True]
+    assert main(["revert", *trees]) == 0
+    assert main(["verify", *trees]) == 1
+
+
+def _fixed_sha(version: str) -> str:
+    from sglang_dsv4_fix import manifest
+
+    release = manifest.load().release(version)
+    assert release is not None
+    return release.results["no-init"].sha256
+
+
+def test_single_tree_commands_refuse_several(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["clear-cache", "--tree", "a", "--tree", "b"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "sglang-dsv4-fix clear-cache: error: --tree: clear-cache takes one tree "
+        "(several: apply, verify, revert, status)"
+    )
+
+
+# --------------------------------------------------------------------------- operator habits
+
+
+def test_version_short_and_long(capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_dsv4_fix import __version__
+
+    for flag in ("-V", "--version"):
+        with pytest.raises(SystemExit) as e:
+            main([flag])
+        assert e.value.code == 0
+        assert capsys.readouterr().out == f"sglang-dsv4-fix {__version__}\n"
+
+
+@pytest.mark.parametrize("name", ["apply", "verify", "revert", "status", "clear-cache", "prewarm"])
+def test_each_subcommand_shows_its_own_usage_on_its_errors(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main([name, "--bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"usage: sglang-dsv4-fix {name} [-h] [-q | -v] [--tree PATH]")
+    assert err[-1] == f"sglang-dsv4-fix {name}: error: unrecognized arguments: --bogus"
+
+
+def test_bare_path_suggests_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["verify", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("usage: sglang-dsv4-fix verify ")
+    assert err[-1] == (
+        f"sglang-dsv4-fix verify: error: unrecognized arguments: {tmp_path} "
+        f"(did you mean --tree {tmp_path}?)"
+    )
+
+
+def test_bad_choice_shows_the_subcommand_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["apply", "--variant", "nope"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("usage: sglang-dsv4-fix apply ")
+    assert err[-1].startswith("sglang-dsv4-fix apply: error: argument --variant: invalid choice")
+
+
+def test_quiet_prints_only_failing_trees_and_verbose_the_details(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    racy = tree_factory.installed("0.5.16", tmp_path / "racy")
+    fixed = tree_factory.installed("0.5.18", tmp_path / "fixed")
+    assert main(["verify", "-q", "--tree", str(fixed), "--tree", str(racy)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].endswith(f"(run: sglang-dsv4-fix apply --tree {racy})")
+    assert main(["verify", "-q", "--tree", str(fixed)]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["verify", "-v", "--tree", str(racy)]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        f"  tree: {racy} (installed); release 0.5.16 (from dist-info); layout pre-refactor",
+        "  state: racy (exit 1); variant racy-init; sha256 "
+        "6fa3a2a0cef7a4d751f21bfafd09b770bfca92b57cbfc76186d16b337397e497",
+        "  problem: racy: the racy init of warp_max/warp_min",
+        f"  fix: sglang-dsv4-fix apply --tree {racy}",
+    ]
+
+
+def test_dry_run_and_check_are_one_flag(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    before = snapshot(root)
+    for flag in ("--dry-run", "--check"):
+        assert main(["apply", flag, "--tree", str(root)]) == 0
+        assert "would write: known base (release 0.5.16)" in capsys.readouterr().out
+    assert snapshot(root) == before
+    assert main(["apply", "--tree", str(root)]) == 0
+    patched = snapshot(root)
+    for flag in ("--dry-run", "--check"):
+        assert main(["revert", flag, "--tree", str(root)]) == 0
+        assert capsys.readouterr().out.endswith(
+            "would restore the original kernel (sha256 6fa3a2a0cef7a4d7…)\n"
+        )
+    assert snapshot(root) == patched
+
+
+# --------------------------------------------------------------------------- revert --commit
+
+
+def _git_out(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_revert_commit_outside_git_is_refused_before_any_write(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    assert main(["apply", "--tree", str(root)]) == 0
+    capsys.readouterr()
+    patched = snapshot(root)
+    assert main(["revert", "--commit", "--tree", str(root)]) == 6
+    assert capsys.readouterr().err == (
+        f"sglang-dsv4-fix: error: --commit needs a git checkout; {root} is not one\n"
+    )
+    assert snapshot(root) == patched
+
+
+def worktree(root: Path) -> dict[str, bytes]:
+    """The checkout's files, without .git (whose index git rewrites on every status)."""
+    return {k: v for k, v in snapshot(root).items() if not k.startswith(".git/")}
+
+
+def _no_git_identity(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """git as on a fresh machine: empty HOME, no system config, no identity in the environment."""
+    for name in ("AUTHOR", "COMMITTER"):
+        for part in ("NAME", "EMAIL"):
+            monkeypatch.delenv(f"GIT_{name}_{part}", raising=False)
+    monkeypatch.delenv("EMAIL", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def test_revert_commit_without_identity_is_refused_before_any_write(
+    tree_factory: TreeFactory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = tree_factory.git("0.5.16", tmp_path / "co")
+    assert main(["apply", "--tree", str(root), "--commit"]) == 0
+    capsys.readouterr()
+    head = _git_out(root, "rev-parse", "HEAD")
+    empty = tmp_path / "empty-home"
+    empty.mkdir()
+    _no_git_identity(monkeypatch, empty)
+    patched, status = worktree(root), _git_out(root, "status", "--porcelain")
+    index = _git_out(root, "ls-files", "-s", "--", KERNEL)
+    assert main(["revert", "--commit", "--tree", str(root)]) == 6
+    assert re.fullmatch(
+        r"sglang-dsv4-fix: error: git has no identity to commit with \(set user\.name and "
+        r"user\.email\): fatal: unable to auto-detect email address \(got '.*'\)\n",
+        capsys.readouterr().err,
+    )
+    assert worktree(root) == patched
+    assert _git_out(root, "rev-parse", "HEAD") == head
+    assert _git_out(root, "status", "--porcelain") == status  # index and work tree as before
+    assert _git_out(root, "ls-files", "-s", "--", KERNEL) == index
+
+
+def test_revert_commit_refused_by_a_hook_restores_kernel_and_index(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.git("0.5.16", tmp_path / "co")
+    assert main(["apply", "--tree", str(root), "--commit"]) == 0
+    capsys.readouterr()
+    head = _git_out(root, "rev-parse", "HEAD")
+    hook = root / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'policy: no reverts today' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    patched, status = worktree(root), _git_out(root, "status", "--porcelain")
+    index = _git_out(root, "ls-files", "-s", "--", KERNEL)
+    assert main(["revert", "--commit", "--tree", str(root)]) == 6
+    assert capsys.readouterr().err.endswith("; the patched kernel and the index were restored\n")
+    assert worktree(root) == patched  # kernel, record and backup as before revert
+    assert _git_out(root, "rev-parse", "HEAD") == head
+    assert _git_out(root, "status", "--porcelain") == status  # index and work tree as before
+    assert _git_out(root, "ls-files", "-s", "--", KERNEL) == index
+    assert main(["verify", "--tree", str(root)]) == 0
