@@ -492,3 +492,41 @@ def test_revert_commit_refused_by_a_hook_restores_kernel_and_index(
     assert _git_out(root, "status", "--porcelain") == status  # index and work tree as before
     assert _git_out(root, "ls-files", "-s", "--", KERNEL) == index
     assert main(["verify", "--tree", str(root)]) == 0
+
+
+# --------------------------------------------------------------------------- progress line
+
+PROGRESS = (
+    "import time; from sglang_dsv4_fix.commands._common import progress\n"
+    "with progress('compiling the planner', after=0.3):\n"
+    "    time.sleep(1.6)\n"
+    "print('done', flush=True)\n"
+)
+
+
+def test_progress_line_on_a_terminal() -> None:
+    import os
+    import pty
+
+    parent, child = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", PROGRESS], stdout=child, stderr=child)
+    os.close(child)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(parent, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(parent)
+    assert proc.wait() == 0
+    assert b"\rcompiling the planner\xe2\x80\xa6 0 s\x1b[K" in seen  # drawn after 0.3 s
+    assert b"\rcompiling the planner\xe2\x80\xa6 1 s\x1b[K" in seen  # redrawn each second
+    assert seen.endswith(b"\r\x1b[Kdone\r\n")  # erased before the next output
+
+
+def test_no_progress_line_in_a_pipe() -> None:
+    r = subprocess.run([sys.executable, "-c", PROGRESS], capture_output=True, check=True)
+    assert (r.stdout, r.stderr) == (b"done\n", b"")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from sglang_dsv4_fix.errors import error_handler, most_severe
@@ -141,6 +143,41 @@ def run_trees(prog: str, run: Callable[[argparse.Namespace], int], args: argpars
             break
     out.dump(several)
     return most_severe(codes)
+
+
+@contextlib.contextmanager
+def progress(
+    what: str, args: argparse.Namespace | None = None, after: float = 2.0
+) -> Iterator[None]:
+    """While the body runs past ``after`` seconds, a ``what… 12 s`` line on stderr, redrawn each
+    second and erased at the end; on a terminal only (never in a pipe or a log), not with -q."""
+    stream = sys.stderr
+    if not stream.isatty() or (args is not None and getattr(args, "quiet", False)):
+        yield
+        return
+    import threading  # only on a terminal
+
+    done = threading.Event()
+    start = time.monotonic()
+
+    def draw() -> None:
+        if done.wait(after):
+            return
+        while True:
+            stream.write(f"\r{what}… {time.monotonic() - start:.0f} s\x1b[K")
+            stream.flush()
+            if done.wait(1.0):
+                stream.write("\r\x1b[K")
+                stream.flush()
+                return
+
+    painter = threading.Thread(target=draw, daemon=True)
+    painter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        painter.join()
 
 
 def options(args: argparse.Namespace) -> Options:
