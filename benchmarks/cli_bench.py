@@ -1,8 +1,9 @@
 """Whole-process wall time of the read-only commands against the floor, as ratios, in one run.
 
-    python benchmarks/cli_bench.py [--release 0.5.16] [--runs 30] [--trees 10]
+    python benchmarks/cli_bench.py [--release 0.5.16] [--runs 30] [--trees 10] [--python PY]
 
-Builds installed-layout trees of the release from its real wheel (tests/trees.py) in a temporary
+Installs the tool as operators get it (a wheel built from the checkout's tracked files, into a
+fresh venv; ``--python`` to time another interpreter's install instead), builds installed-layout trees of the release from its real wheel (tests/trees.py) in a temporary
 folder, fixes one copy with the tool itself, and from that folder (outside the repository: the
 commands cannot pick up the checkout through the working directory) times, as fresh processes,
 interleaved:
@@ -41,10 +42,31 @@ FLOOR = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read(
 Cmd = tuple[str, ...]
 
 
+PY = sys.executable  # the interpreter under test: set by main() to the install's
+
+
 def tool() -> Cmd:
-    """The console script next to this Python (what operators run), else ``python -m``."""
-    script = Path(sys.executable).parent / "sglang-dsv4-fix"
-    return (str(script),) if script.is_file() else (sys.executable, "-m", "sglang_dsv4_fix")
+    """The console script next to that Python (what operators run), else ``python -m``."""
+    script = Path(PY).parent / "sglang-dsv4-fix"
+    return (str(script),) if script.is_file() else (PY, "-m", "sglang_dsv4_fix")
+
+
+def install(work: Path) -> str:
+    """A wheel of the checkout's tracked files in a fresh venv; returns its python."""
+    src, dist, venv = work / "src", work / "dist", work / "venv"
+    files = subprocess.run(("git", "-C", str(REPO), "ls-files", "-z"), capture_output=True,
+                           check=True).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, files):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, src / name)
+    pip = (sys.executable, "-m", "pip")
+    subprocess.run((*pip, "wheel", "-q", "--no-deps", "-w", str(dist), str(src)), check=True)
+    subprocess.run((sys.executable, "-m", "venv", "--without-pip", str(venv)), check=True)
+    wheel = str(next(dist.glob("sglang_dsv4_fix-*.whl")))
+    subprocess.run(
+        (*pip, "--python", str(venv / "bin" / "python"), "install", "-q", wheel), check=True
+    )
+    return str(venv / "bin" / "python")
 
 
 def kernel_of(site: Path) -> Path:
@@ -110,6 +132,9 @@ def main() -> int:
     parser.add_argument(
         "--trees", type=int, default=10, help="trees in the many-trees row (< 2: no such row)"
     )
+    parser.add_argument(
+        "--python", help="time this interpreter's install (default: a fresh wheel venv)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -119,6 +144,13 @@ def main() -> int:
         env.pop("PYTHONPATH", None)
         (work / "home").mkdir()
         (work / "cache").mkdir()
+        global PY
+        PY = args.python or install(work)
+        where = run(
+            (PY, "-c", "import sglang_dsv4_fix; print(sglang_dsv4_fix.__file__)"), work, env
+        )
+        if REPO in Path(where.stdout.strip()).resolve().parents and not args.python:
+            raise SystemExit(f"the tool under test is the checkout, not the wheel: {where.stdout}")
         racy = make_installed_tree(args.release, work / "racy")
         fixed = work / "fixed"
         shutil.copytree(racy, fixed)
@@ -128,6 +160,7 @@ def main() -> int:
                1, work, env)  # fmt: skip
         many = [racy if i % 2 == 0 else fixed for i in range(args.trees)]
         table = rows(work, racy, fixed, many, args.release)
+        label = " ".join(tool())
         for name, cmd, code, out in table:
             expect(name, cmd, code, work, env, out)  # also warms the page cache
         samples: dict[str, list[float]] = {name: [] for name, *_ in table}
@@ -137,15 +170,15 @@ def main() -> int:
                 subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, check=False)  # fmt: skip
                 samples[name].append((time.perf_counter() - start) * 1000)
-    report(args, samples)
+    report(args, samples, label)
     return 0
 
 
-def report(args: argparse.Namespace, samples: dict[str, list[float]]) -> None:
+def report(args: argparse.Namespace, samples: dict[str, list[float]], label: str) -> None:
     med = {name: statistics.median(v) for name, v in samples.items()}
     floor = next(iter(med.values()))
-    print(f"release {args.release}, installed layout, {args.runs} runs each, interleaved; "
-          f"tool: {' '.join(tool())}")  # fmt: skip
+    print(f"release {args.release}, installed-layout trees, {args.runs} runs each, interleaved; "
+          f"tool: {label}")  # fmt: skip
     print(f"{'command':<44} {'median ms':>10} {'p90 ms':>8} {'x floor':>8}")
     for name, values in samples.items():
         p90 = statistics.quantiles(values, n=10)[-1]

@@ -7,6 +7,7 @@ import importlib
 from collections.abc import Sequence
 
 from sglang_dsv4_fix import __version__
+from sglang_dsv4_fix.commands import Formatter
 
 PROG = "sglang-dsv4-fix"
 
@@ -44,6 +45,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         description="Find, fix, verify and report the DeepSeek-V4 prefill-planner race "
         "(sgl-project/sglang#32467) in an SGLang tree.",
         epilog="Exit codes are listed in the README ('Exit codes').",
+        formatter_class=Formatter,
     )
     parser.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
     # prog given: argparse would otherwise build a help formatter (and import shutil) to name it

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from sglang_dsv4_fix.commands import Formatter
 from sglang_dsv4_fix.errors import error_handler, most_severe
 from sglang_dsv4_fix.tree import Tree, find_tree
 from sglang_dsv4_fix.verdict import Options, Verdict
@@ -21,7 +22,7 @@ def command(sub: Any, name: str, doc: str, details: str | None = None) -> argpar
         name,
         help=summary,
         description=f"{summary}\n\n{details}" if details else summary,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
     )
     loud = p.add_mutually_exclusive_group()
     loud.add_argument(
