@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Sequence
 
 from sglang_dsv4_fix import __version__
-from sglang_dsv4_fix.commands import Formatter
+from sglang_dsv4_fix.commands import Formatter, add_loudness
 
 PROG = "sglang-dsv4-fix"
 
@@ -48,6 +48,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         formatter_class=Formatter,
     )
     parser.add_argument("-V", "--version", action="version", version=f"{PROG} {__version__}")
+    add_loudness(parser)
     # prog given: argparse would otherwise build a help formatter (and import shutil) to name it
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, prog=PROG)
     for name, module in COMMANDS.items():

@@ -379,6 +379,10 @@ def test_quiet_prints_only_failing_trees_and_verbose_the_details(
     assert len(out) == 1 and out[0].endswith(f"(run: sglang-dsv4-fix apply --tree {racy})")
     assert main(["verify", "-q", "--tree", str(fixed)]) == 0
     assert capsys.readouterr().out == ""
+    assert main(["-q", "verify", "--tree", str(fixed)]) == 0  # before the command, as pip and git
+    assert capsys.readouterr().out == ""
+    assert main(["-v", "verify", "--tree", str(fixed)]) == 0
+    assert "  pinned by: release 0.5.18's own kernel (fixed upstream)" in capsys.readouterr().out
     assert main(["verify", "-v", "--tree", str(racy)]) == 1
     assert capsys.readouterr().out.splitlines()[1:] == [
         f"  tree: {racy} (installed); release 0.5.16 (from dist-info); layout pre-refactor",
@@ -530,3 +534,16 @@ def test_progress_line_on_a_terminal() -> None:
 def test_no_progress_line_in_a_pipe() -> None:
     r = subprocess.run([sys.executable, "-c", PROGRESS], capture_output=True, check=True)
     assert (r.stdout, r.stderr) == (b"done\n", b"")
+
+
+def test_run_again_hints_repeat_the_users_own_command(capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_dsv4_fix.errors import Exit, FatalError, error_handler
+
+    rerun = "sglang-dsv4-fix apply --tree /srv/img --cache-dir /c"
+    with error_handler("sglang-dsv4-fix", rerun=rerun) as r:
+        raise FatalError("/k/c_plan.cuh: changed while planning; run again", Exit.REFUSED)
+    assert r[0] == 6
+    assert capsys.readouterr().err == (
+        "sglang-dsv4-fix: error: /k/c_plan.cuh: changed while planning; run again: "
+        "sglang-dsv4-fix apply --tree /srv/img --cache-dir /c\n"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 
 def columns() -> int:
@@ -33,3 +34,12 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(
             prog, indent_increment, max_help_position, columns() - 2 if width is None else width
         )
+
+
+def add_loudness(parser: argparse.ArgumentParser, default: Any = False) -> None:
+    """``-q``/``-v``, before or after the subcommand (as pip and git take them)."""
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", action="store_true", default=default,
+                      help="print only what is wrong (errors, failing trees)")  # fmt: skip
+    loud.add_argument("-v", "--verbose", action="store_true", default=default,
+                      help="also print the details behind each verdict")  # fmt: skip

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from sglang_dsv4_fix.commands import Formatter
+from sglang_dsv4_fix.commands import Formatter, add_loudness
 from sglang_dsv4_fix.errors import error_handler, most_severe
 from sglang_dsv4_fix.tree import Tree, find_tree
 from sglang_dsv4_fix.verdict import Options, Verdict
@@ -24,16 +24,7 @@ def command(sub: Any, name: str, doc: str, details: str | None = None) -> argpar
         description=f"{summary}\n\n{details}" if details else summary,
         formatter_class=Formatter,
     )
-    loud = p.add_mutually_exclusive_group()
-    loud.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="print only what is wrong (errors, failing trees)",
-    )
-    loud.add_argument(
-        "-v", "--verbose", action="store_true", help="also print the details behind each verdict"
-    )
+    add_loudness(p, argparse.SUPPRESS)  # after the command; else the top-level default stands
     return p
 
 
