@@ -71,8 +71,11 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """Parse; an error in a subcommand's arguments is reported with that subcommand's usage."""
-    chosen = _chosen(argv)
+    completing = _completion_words()
+    chosen = _chosen(argv if completing is None else completing)
     parser = build_parser(chosen)
+    if completing is not None:
+        _complete(parser)
     args, extra = parser.parse_known_args(argv)
     own = _subparser(parser, args.command)
     if extra:
@@ -84,6 +87,30 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     if len(getattr(args, "trees", None) or ()) > 1 and args.command not in MANY_TREES:
         own.error(f"--tree: {args.command} takes one tree (several: {', '.join(MANY_TREES)})")
     return args
+
+
+def _completion_words() -> list[str] | None:
+    """The words of the line being completed, when the shell asks argcomplete (else None)."""
+    import os
+
+    if "_ARGCOMPLETE" not in os.environ:
+        return None
+    import shlex
+
+    line = os.environ.get("COMP_LINE", "")[: int(os.environ.get("COMP_POINT", "0") or 0) or None]
+    try:
+        return shlex.split(line)[1:]
+    except ValueError:  # an open quote
+        return line.split()[1:]
+
+
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion through argcomplete, if installed (the ``completion`` extra); it exits."""
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

@@ -150,7 +150,7 @@ def test_verify_path_imports_nothing_heavy(tree_factory: TreeFactory, tmp_path: 
     root = tree_factory.installed("0.5.16", tmp_path / "sp")
     code = (
         "import sys; from sglang_dsv4_fix.main import main; rc = main(['verify', '--tree', sys.argv[1]]);"
-        "heavy = [m for m in ('torch', 'git', 'sglang', 'unidiff', 'tvm_ffi') if m in sys.modules];"
+        "heavy = [m for m in ('torch', 'git', 'sglang', 'unidiff', 'tvm_ffi', 'argcomplete') if m in sys.modules];"
         "print('HEAVY', heavy)"
     )
     out = subprocess.run(
@@ -547,3 +547,23 @@ def test_run_again_hints_repeat_the_users_own_command(capsys: pytest.CaptureFixt
         "sglang-dsv4-fix: error: /k/c_plan.cuh: changed while planning; run again: "
         "sglang-dsv4-fix apply --tree /srv/img --cache-dir /c\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("sglang-dsv4-fix ver", ["verify"]),
+        ("sglang-dsv4-fix verify --tr", ["--tree"]),
+        ("sglang-dsv4-fix verify --require-variant ", ["no-init", "barrier"]),
+        ("sglang-dsv4-fix revert --dry", ["--dry-run"]),
+    ],
+)
+def test_shell_completion_through_argcomplete(tmp_path: Path, line: str, want: list[str]) -> None:
+    pytest.importorskip("argcomplete")  # the optional [completion] extra
+    out = tmp_path / "completions"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}  # fmt: skip
+    code = "from sglang_dsv4_fix.main import main; main()"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert [w.rstrip() for w in out.read_text().split("\x0b")] == want  # one gets a trailing space
