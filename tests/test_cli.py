@@ -567,3 +567,29 @@ def test_shell_completion_through_argcomplete(tmp_path: Path, line: str, want: l
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=False)
     assert r.returncode == 0, r.stderr
     assert [w.rstrip() for w in out.read_text().split("\x0b")] == want  # one gets a trailing space
+
+
+def test_stale_build_hint_repeats_the_users_tree_and_cache_dir(
+    tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    from test_jitcache import lay_build, real_dir, variant_tree
+
+    tree = variant_tree(tree_factory, "0.5.16", tmp_path / "sp", "original")
+    cache = tmp_path / "my cache"
+    lay_build(cache, *real_dir(tree, "original", cache))  # the racy build, by the loader's name
+    assert main(["apply", "--tree", str(tree.root)]) == 0  # clears the default cache, not this one
+    capsys.readouterr()
+    where = ["--tree", str(tree.root), "--cache-dir", str(cache)]
+    fix = shlex.join(["sglang-dsv4-fix", "clear-cache", *where])
+    assert main(["status", *where]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert next(ln for ln in lines if ln.startswith("jit cache:")) == (
+        f"jit cache:     {cache}: planner builds of this tree: original x1"
+    )
+    verdict = next(ln for ln in lines if ln.startswith("verdict:"))
+    assert verdict.startswith("verdict:       STALE BUILD: the kernel is verified (no-init)")
+    assert verdict.endswith(f"(run: {fix})")
+    assert main(["verify", *where]) == 5
+    assert capsys.readouterr().out.splitlines()[0].endswith(f"(run: {fix})")
