@@ -15,7 +15,6 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,6 +109,8 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
     """
     if mode is None:
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    import tempfile  # writers only: its import (random, shutil) costs a read-only verify ~6 ms
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

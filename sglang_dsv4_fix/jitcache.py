@@ -806,29 +806,14 @@ def racy_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]:
     return [b for b in _stale(tree, entries) if b.origin in ("original", "cannot tell")]
 
 
-def stale_message(tree: Tree, cache_dir: str | Path | None = None) -> str | None:
-    """One line for verify/status when racy planner builds sit in the cache of a fixed tree."""
-    try:
-        racy = racy_builds(tree, cache_dir)
-    except (FatalError, OSError):
-        return None  # no loader to model, unreadable cache: the kernel verdict stands alone
-    if not racy:
-        return None
-    names = ", ".join(b.name for b in racy)
-    return (
-        f"STALE BUILD: the kernel is fixed but {len(racy)} racy (or untellable) planner build(s) "
-        f"remain in {cache_root(cache_dir)}: {names} (run: sglang-dsv4-fix clear-cache)"
-    )
-
-
 def status_line(tree: Tree, cache_dir: str | Path | None = None) -> str:
-    """``status``'s one line on the JIT cache: this tree's planner builds by origin, stale ones."""
+    """``status``'s one line on the JIT cache: this tree's planner builds by origin. Whether any
+    is a racy build still in force is the verdict's to say (with the user's own fix command)."""
     root = cache_root(cache_dir)
     try:
         if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
             return f"{root}: not used for the planner by this release"
         ours = [b for b in inventory(tree, root) if b.ours]
-        stale = stale_message(tree, cache_dir)
     except (FatalError, OSError) as e:
         return f"{root}: cannot tell ({e})"
     counts = (
@@ -838,4 +823,4 @@ def status_line(tree: Tree, cache_dir: str | Path | None = None) -> str:
         )
         or "none"
     )
-    return f"{root}: planner builds of this tree: {counts}" + (f"; {stale}" if stale else "")
+    return f"{root}: planner builds of this tree: {counts}"

@@ -1,24 +1,26 @@
-"""The release manifest (patches/manifest.json, package data written by backport/)."""
+"""The release manifest (patches/manifest.json, package data written by backport/).
+
+Read on every ``verify``, so read by path: the ``sglang_dsv4_fix.patches`` package's own search
+location (wherever the wheel or an editable install put it), not ``importlib.resources``, whose
+import (with ``zipfile``) costs more than the whole manifest lookup.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass
-from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
-PACKAGE = "sglang_dsv4_fix.patches"
 MANIFEST = "manifest.json"
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     sha256: str
     patch: str  # path inside the patches package, e.g. "no-init/0.5.16-pre-refactor.diff"
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     version: str
     layout: str | None  # None: no DeepSeek-V4 planner in this release
     path: str | None  # kernel path inside the installed package tree ("sglang/...")
@@ -30,9 +32,16 @@ class Release:
     def applicable(self) -> bool:
         return self.layout is not None
 
+    @property
+    def fixed_upstream(self) -> bool:
+        """The release ships a fixed kernel0: it has the planner and backport made no patch for it.
 
-@dataclass(frozen=True)
-class Manifest:
+        Read from the data, so a verify of known bytes never imports the parser (kernel.py).
+        """
+        return self.applicable and not self.results
+
+
+class Manifest(NamedTuple):
     releases: dict[str, Release]
 
     def release(self, version: str | None) -> Release | None:
@@ -53,8 +62,18 @@ class Manifest:
         ]
 
 
+def data_dir() -> Path:
+    """Where the patches package lives, as the import system found it (wheel, editable, zip-free)."""
+    import importlib
+
+    spec = importlib.import_module(f"{__package__}.patches").__spec__
+    assert spec is not None and spec.submodule_search_locations is not None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@functools.lru_cache(maxsize=1)  # read once per process, however many trees one call checks
 def load() -> Manifest:
-    raw = json.loads(resources.files(PACKAGE).joinpath(MANIFEST).read_text(encoding="utf-8"))
+    raw = json.loads((data_dir() / MANIFEST).read_text(encoding="utf-8"))
     return Manifest({v: _release(v, entry) for v, entry in raw["releases"].items()})
 
 
@@ -74,4 +93,4 @@ def _release(version: str, entry: dict[str, Any]) -> Release:
 
 
 def patch_text(name: str) -> str:
-    return resources.files(PACKAGE).joinpath(name).read_text(encoding="utf-8")
+    return (data_dir() / name).read_text(encoding="utf-8")

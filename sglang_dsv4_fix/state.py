@@ -7,14 +7,16 @@ parsed only when a caller asks for its classification (unknown bytes, ``status``
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglang_dsv4_fix import manifest, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
-from sglang_dsv4_fix.kernel import FIXED, Classification, classify
 from sglang_dsv4_fix.manifest import Release
 from sglang_dsv4_fix.tree import Tree
+
+if TYPE_CHECKING:  # the parser is imported only for bytes the manifest does not know
+    from sglang_dsv4_fix.kernel import Classification
 
 
 class KernelState:
@@ -55,8 +57,10 @@ class KernelState:
     @property
     def safe(self) -> bool:
         """A fix whose launch-geometry preconditions hold (known fixes were checked at backport)."""
-        if self.produced or (self.bases and self.bases[0].variant in FIXED):
+        if self.produced:
             return True
+        if self.bases:  # a release's own bytes: the manifest says whether they are fixed
+            return self.bases[0].fixed_upstream
         return self.classification.safe
 
     @property
@@ -106,6 +110,8 @@ def inspect(tree: Tree) -> KernelState:
 
 
 def _classify(data: bytes) -> Classification:
+    from sglang_dsv4_fix.kernel import Classification, classify
+
     if b"\0" in data:
         return Classification("unknown", "the kernel file is binary, not CUDA source")
     try:

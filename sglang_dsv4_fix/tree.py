@@ -6,9 +6,7 @@ folder, the ``sglang`` package folder itself, or (no path) the sglang the interp
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -72,6 +70,8 @@ def find_tree(path: str | Path | None = None) -> Tree:
 
 
 def _importable_package() -> Path:
+    import importlib.util
+
     spec = importlib.util.find_spec("sglang")  # finds, never imports, a top-level package
     if spec is None or not spec.submodule_search_locations:
         raise FatalError("no --tree given and this Python cannot import sglang", Exit.NOT_FOUND)
@@ -176,6 +176,8 @@ def _from_version_file(package: Path) -> str | None:
 
 def _from_git_tag(git_root: Path) -> str | None:
     """A release tag on HEAD (plain git: no gitpython on the read-only paths)."""
+    import subprocess  # only for a checkout without a version file
+
     try:
         out = subprocess.run(
             ("git", "-C", str(git_root), "tag", "--points-at", "HEAD"),

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from sglang_dsv4_fix.errors import Exit
-from sglang_dsv4_fix.kernel import FIXED
 from sglang_dsv4_fix.state import KernelState
 from sglang_dsv4_fix.tree import Tree
 
@@ -204,7 +203,7 @@ def pinned_by(s: KernelState) -> str | None:
     if s.produced:
         release, variant = s.produced[0]
         return f"the {variant} fix of release {release.version}"
-    fixed = [r for r in s.bases if r.variant in FIXED]
+    fixed = [r for r in s.bases if r.fixed_upstream]
     if fixed:
         return f"release {fixed[0].version}'s own kernel (fixed upstream)"
     if s.ours:

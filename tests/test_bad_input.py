@@ -470,7 +470,7 @@ CASES = [
         git_foreign_change,
         Exit.REFUSED,
         ERR
-        + r"python/sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh has uncommitted changes not made by sglang-dsv4-fix; commit or stash them, or pass --force",
+        + r"python/sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh has uncommitted changes not made by sglang-dsv4-fix; commit or stash them, or run: sglang-dsv4-fix apply --force --tree {tmp}/.*",
     ),
     Case(cache_dir_root, Exit.REFUSED, ERR + r"refusing to clear /: that is / or the home folder"),
     Case(

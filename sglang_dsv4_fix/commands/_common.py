@@ -1,13 +1,16 @@
-"""Options and output shared by the subcommands."""
+"""Options and output shared by the subcommands, and the loop that runs one over many trees."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from sglang_dsv4_fix.commands import Formatter, add_loudness
+from sglang_dsv4_fix.errors import error_handler, most_severe
 from sglang_dsv4_fix.tree import Tree, find_tree
 from sglang_dsv4_fix.verdict import Options, Verdict
 
@@ -15,22 +18,41 @@ from sglang_dsv4_fix.verdict import Options, Verdict
 def command(sub: Any, name: str, doc: str, details: str | None = None) -> argparse.ArgumentParser:
     """A subcommand parser: one-line help from the module docstring ("name: help"), details below."""
     summary = doc.split(": ", 1)[1].strip()
-    return sub.add_parser(  # type: ignore[no-any-return]
+    p: argparse.ArgumentParser = sub.add_parser(
         name,
         help=summary,
         description=f"{summary}\n\n{details}" if details else summary,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
     )
+    add_loudness(p, argparse.SUPPRESS)  # after the command; else the top-level default stands
+    return p
 
 
 def add_tree(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tree",
         metavar="PATH",
+        action="append",
+        dest="trees",
         help="SGLang tree: a git checkout, its python/ folder, a site-packages folder or the sglang "
         "package folder (default: the sglang this Python would import)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (an array of them, one per tree, with several --tree)",
+    )
+
+
+def add_dry_run(parser: argparse.ArgumentParser) -> None:
+    """``--dry-run`` everywhere; ``--check`` kept as its alias (what apply first called it)."""
+    parser.add_argument(
+        "--dry-run",
+        "--check",
+        dest="check",
+        action="store_true",
+        help="run every check, say what would happen, write nothing (--check: the same)",
+    )
 
 
 def tree_of(args: argparse.Namespace) -> Tree:
@@ -50,19 +72,110 @@ def tree_dict(tree: Tree) -> dict[str, Any]:
     }
 
 
-def emit(args: argparse.Namespace, payload: dict[str, Any], lines: Iterable[str]) -> None:
-    if args.json:
-        json.dump(payload, sys.stdout, indent=2, sort_keys=True, default=str)
+class Output:
+    """What one call prints: text per tree as it is judged, JSON once at the end."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.payloads: list[dict[str, Any]] = []
+        self.lines: list[str] = []
+
+    def flush(self, show: bool) -> None:
+        if show:
+            for line in self.lines:
+                print(line)
+        self.lines = []
+
+    def dump(self, several: bool) -> None:
+        import json  # only for --json
+
+        if not self.payloads:
+            return
+        body: Any = self.payloads if several else self.payloads[0]
+        json.dump(body, sys.stdout, indent=2, sort_keys=True, default=str)
         sys.stdout.write("\n")
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], lines: Iterable[str]) -> None:
+    out: Output | None = getattr(args, "output", None)
+    if out is None:  # a command run outside run_trees: print at once
+        out = Output(args.json)
+        emit_to(out, payload, lines)
+        out.flush(True)
+        out.dump(False)
+        return
+    emit_to(out, payload, lines)
+
+
+def emit_to(out: Output, payload: dict[str, Any], lines: Iterable[str]) -> None:
+    if out.as_json:
+        out.payloads.append(payload)
     else:
-        for line in lines:
-            print(line)
+        out.lines.extend(lines)
+
+
+def run_trees(prog: str, run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run the command once per ``--tree`` (in order); exit with the most severe code.
+
+    A tree that fails (not found, refused) is reported and the next one still runs; Ctrl-C stops.
+    """
+    names: list[str | None] = list(getattr(args, "trees", None) or [None])
+    several = len(names) > 1
+    args.output = out = Output(getattr(args, "json", False))
+    codes: list[int] = []
+    for name in names:
+        args.tree = name if hasattr(args, "trees") else getattr(args, "tree", None)
+        what = {"command": args.command, "tree": args.tree}
+        rerun = options(args).command(args.command) if hasattr(args, "trees") else None
+        with error_handler(prog, what if out.as_json else None, out.payloads.append, rerun) as r:
+            r[0] = int(run(args))
+        codes.append(r[0])
+        out.flush(show=not getattr(args, "quiet", False) or r[0] != 0)
+        if r[0] == 130:
+            break
+    out.dump(several)
+    return most_severe(codes)
+
+
+@contextlib.contextmanager
+def progress(
+    what: str, args: argparse.Namespace | None = None, after: float = 2.0
+) -> Iterator[None]:
+    """While the body runs past ``after`` seconds, a ``what… 12 s`` line on stderr, redrawn each
+    second and erased at the end; on a terminal only (never in a pipe or a log), not with -q."""
+    stream = sys.stderr
+    if not stream.isatty() or (args is not None and getattr(args, "quiet", False)):
+        yield
+        return
+    import threading  # only on a terminal
+
+    done = threading.Event()
+    start = time.monotonic()
+
+    def draw() -> None:
+        if done.wait(after):
+            return
+        while True:
+            stream.write(f"\r{what}… {time.monotonic() - start:.0f} s\x1b[K")
+            stream.flush()
+            if done.wait(1.0):
+                stream.write("\r\x1b[K")
+                stream.flush()
+                return
+
+    painter = threading.Thread(target=draw, daemon=True)
+    painter.start()
+    try:
+        yield
+    finally:
+        done.set()
+        painter.join()
 
 
 def options(args: argparse.Namespace) -> Options:
     """The verdict's options from a command's flags (the ones it does not have keep defaults)."""
     return Options(
-        tree=args.tree,
+        tree=getattr(args, "tree", None),
         cache_dir=getattr(args, "cache_dir", None),
         strict=getattr(args, "strict", False),
         require_variant=getattr(args, "require_variant", None),

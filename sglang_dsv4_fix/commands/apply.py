@@ -6,7 +6,15 @@ import argparse
 from typing import Any
 
 from sglang_dsv4_fix import gitops, state, transaction, verdict
-from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import (
+    add_dry_run,
+    add_tree,
+    command,
+    emit,
+    options,
+    tree_dict,
+    tree_of,
+)
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options, after_kernel_change
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
@@ -18,8 +26,8 @@ Known releases (0.5.12-0.5.17) get the shipped patch and must reach the manifest
 an unknown base (a fork) is rewritten structurally and must classify as a safe fix; its result's
 sha256 is recorded, so `verify` pins it. Already fixed -> nothing written, exit 0. The original is
 kept beside the kernel for `revert`, with a provenance record that `status` and the plugin read.
---check runs every check apply runs (dirty git file, read-only, symlink, --commit's git identity)
-and exits with the code apply would, writing nothing."""
+--dry-run (alias --check) runs every check apply runs (dirty git file, read-only, symlink,
+--commit's git identity) and exits with the code apply would, writing nothing."""
 
 
 def add_parser(sub: Any) -> None:
@@ -31,13 +39,7 @@ def add_parser(sub: Any) -> None:
         default="no-init",
         help="no-init: the upstream fix (default); barrier: the A/B control",
     )
-    p.add_argument(
-        "--check",
-        "--dry-run",
-        dest="check",
-        action="store_true",
-        help="dry run: run every check, say what would happen, write nothing",
-    )
+    add_dry_run(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -99,7 +101,7 @@ def _refuse_foreign_changes(args: argparse.Namespace, tree: Tree, current: Kerne
     if gitops.uncommitted(tree.git_root, tree.kernel_relpath) and not current.ours:
         raise FatalError(
             f"{tree.kernel_relpath} has uncommitted changes not made by sglang-dsv4-fix; "
-            "commit or stash them, or pass --force",
+            f"commit or stash them, or run: {options(args).command('apply', '--force')}",
             Exit.REFUSED,
         )
 
@@ -152,7 +154,7 @@ def _report(
         "commit": sha,
     }
     lines = [f"{tree.kernel_path}: {verb}: {plan.message}"]
-    if args.check:
+    if args.check or args.verbose:
         lines.insert(0, f"{tree.kernel_path}: now: {before.headline}")
     emit(args, payload, lines)
     return int(Exit.OK)

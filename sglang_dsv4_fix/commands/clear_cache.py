@@ -9,7 +9,7 @@ from typing import Any
 
 from sglang_dsv4_fix import cacheclean, jitcache
 from sglang_dsv4_fix.cacheclean import Removal
-from sglang_dsv4_fix.commands._common import add_tree, command, emit, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import add_tree, command, emit, progress, tree_dict, tree_of
 from sglang_dsv4_fix.errors import Exit, FatalError
 
 HELP = """\
@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     builds = [] if tree is None else _builds(tree, root)
     stale = [] if tree is None or not builds else jitcache.stale_builds(tree, root)
     targets = cacheclean.whole_cache(root) if args.all else [b.path for b in stale]
-    done = cacheclean.remove_entries(root, targets, dry_run=args.dry_run)
+    with progress(f"removing {len(targets)} build folder(s) from {root}", args):
+        done = cacheclean.remove_entries(root, targets, dry_run=args.dry_run)
     return _report(args, tree, root, builds, done, "")
 
 

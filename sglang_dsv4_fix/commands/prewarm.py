@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix import __version__, cacheclean, jitcache
-from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import (
+    add_tree,
+    command,
+    emit,
+    options,
+    progress,
+    tree_dict,
+    tree_of,
+)
 from sglang_dsv4_fix.commands.clear_cache import add_cache_dir
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
@@ -182,7 +190,7 @@ def _build(tree: Tree, call: jitcache.LoadCall, root: Path, cuda_home: Path, dat
         assert checked is not None
         cacheclean.remove_entries(checked, [checked / call.build_dir.name])
     start = time.monotonic()
-    with _compile_env(call, root, cuda_home), _compile_errors():
+    with _compile_env(call, root, cuda_home), _compile_errors(), progress(f"compiling {call.name}"):
         so = Path(
             tvm_ffi.cpp.build_inline(
                 call.name,

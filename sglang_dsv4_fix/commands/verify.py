@@ -15,6 +15,7 @@ from sglang_dsv4_fix.commands._common import (
     tree_of,
     verdict_lines,
 )
+from sglang_dsv4_fix.tree import Tree
 
 HELP = """\
 exit codes: 0 verified (the sha256 of a release's fix, of an upstream-fixed release, or of what
@@ -54,5 +55,23 @@ def run(args: argparse.Namespace) -> int:
     tree = tree_of(args)
     v = verdict.assess(tree, options(args))
     where = tree.kernel_path or tree.package_dir
-    emit(args, {**tree_dict(tree), **v.to_dict()}, verdict_lines(where, v))
+    lines = verdict_lines(where, v)
+    if args.verbose:
+        lines += _details(tree, v)
+    emit(args, {**tree_dict(tree), **v.to_dict()}, lines)
     return int(v.exit)
+
+
+def _details(tree: Tree, v: verdict.Verdict) -> list[str]:
+    """-v: what the verdict rests on."""
+    out = [
+        f"  tree: {tree.root} ({tree.kind}); release {tree.release or 'unknown'} "
+        f"(from {tree.release_source}); layout {tree.layout or '-'}",
+        f"  state: {v.state} (exit {int(v.exit)}); variant {v.variant}; sha256 {v.sha256 or '-'}",
+    ]
+    if v.pinned_by:
+        out.append(f"  pinned by: {v.pinned_by}")
+    out += [f"  problem: {p.kind}: {p.message}" for p in v.problems]
+    if v.fix:
+        out.append(f"  fix: {v.fix}")
+    return out
