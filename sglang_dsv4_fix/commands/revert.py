@@ -17,7 +17,7 @@ from sglang_dsv4_fix.commands._common import (
 )
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options, after_kernel_change
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import file_lock, sha256_file
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, file_lock, sha256_file
 from sglang_dsv4_fix.tree import Tree
 
 HELP = """\
@@ -45,13 +45,12 @@ def run(args: argparse.Namespace) -> int:
         _refusals(args, tree, kernel)
     if args.check:
         return _report(args, tree, record is not None, _would(kernel, record), dry=True)
-    patched = kernel.read_bytes() if record is not None else None
-    with file_lock(kernel.parent):
+    with file_lock(kernel.parent) as folder:
         transaction.recover(kernel)
-        record = provenance.read(kernel)
+        record = provenance.read(kernel)  # again: another apply or revert may have run meanwhile
+        patched = folder.read(kernel.name, KERNEL_LIMIT, "kernel") if record is not None else b""
         message = transaction.revert(kernel)
     if record is not None:
-        assert patched is not None
         if args.commit:
             _commit(tree, record, patched)
         _after_write(tree, record, args)
@@ -77,9 +76,9 @@ def _would(kernel: Any, record: provenance.Provenance | None) -> str:
             f"({record.result_sha256[:16]}…); refusing to revert someone else's change",
             Exit.REFUSED,
         )
-    backup = provenance.backup_path(kernel)
-    if not backup.is_file() or sha256_file(backup) != record.base_sha256:
-        raise FatalError(f"{backup}: does not hold the recorded original; refusing", Exit.REFUSED)
+    why = transaction.backup_verdict(kernel, record)
+    if why is not None:
+        raise FatalError(f"{provenance.backup_path(kernel)}: {why}; refusing", Exit.REFUSED)
     return f"would restore the original kernel (sha256 {record.base_sha256[:16]}…)"
 
 
