@@ -366,3 +366,60 @@ def test_a_forked_child_reports_itself(self_site: Path, tmp_path: Path) -> None:
     assert len(pids) == 2 and pids[0] != pids[1], done.stderr
     records = [json.loads(r) for r in report.read_text().splitlines()]
     assert sorted(str(r["pid"]) for r in records) == sorted(pids)
+
+
+METRICS = (
+    SERVE
+    + """
+import sys
+print("PROM", "prometheus_client" in sys.modules, flush=True)
+"""
+)
+SCRAPE = """
+import sys
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+from sglang.srt.utils.common import add_prometheus_middleware
+app = Starlette()
+add_prometheus_middleware(app)
+print(TestClient(app).get("/metrics").text)
+"""
+SERIES = re.compile(r"^sglang_dsv4_fix_planner_kernel\{([^}]*)\} 1\.0$", re.MULTILINE)
+
+
+def test_metrics_every_process_shows_on_sglangs_own_metrics_endpoint(
+    self_site: Path, tmp_path: Path
+) -> None:
+    """Two processes (a racy main, a fixed TP3 rank) write into one multiprocess folder; SGLang's
+    own add_prometheus_middleware app serves both series on /metrics."""
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(prom)}
+    racy = run_python(METRICS.replace('prefix=" TP3"', 'prefix=""'), self_site,
+                      release_site("0.5.16"), env=env)  # fmt: skip
+    fixed = run_python(METRICS, self_site, release_site("0.5.21"), env=env)
+    assert racy.returncode == 0 and fixed.returncode == 0, racy.stderr + fixed.stderr
+    scraped = run_python(SCRAPE, release_site("0.5.16"), env=env)
+    assert scraped.returncode == 0, scraped.stderr
+    labels = [dict(kv.split("=", 1) for kv in m.split(",")) for m in SERIES.findall(scraped.stdout)]
+    got = sorted(
+        (d["verdict"], d["variant"], d["release"], d["rank"], d["process"]) for d in labels
+    )
+    assert got == [
+        ('"racy"', '"racy-init"', '"0.5.16"', '""', '"main"'),
+        ('"verified"', '"no-init"', '"0.5.21"', '"tp3"', '"main"'),
+    ], scraped.stdout
+    assert {d["pid"] for d in labels} != {'""'} and len({d["pid"] for d in labels}) == 2
+    assert "PROM True" in racy.stdout
+
+
+def test_metrics_without_the_variable_import_and_write_nothing(
+    self_site: Path, tmp_path: Path
+) -> None:
+    done = run_python(METRICS, self_site, release_site("0.5.16"))
+    assert done.returncode == 0 and "PROM False" in done.stdout, done.stderr
+    missing = tmp_path / "not-there"
+    done = run_python(METRICS, self_site, release_site("0.5.16"),
+                      env={"PROMETHEUS_MULTIPROC_DIR": str(missing)})  # fmt: skip
+    assert done.returncode == 0 and "SERVING" in done.stdout, done.stderr
+    assert not missing.exists() and "PROM False" in done.stdout

@@ -156,7 +156,7 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
         verdict += " (refused)"
     return {
         "host": r.get("host"),
-        "process": f"{_who(r)} ({r.get('process') or 'pid'} {r.get('pid')})",
+        "process": f"{r['rank']} ({r.get('process')} {r.get('pid')})" if r.get("rank") else _who(r),
         "release": r.get("release"),
         "variant": r.get("built_variant") if r.get("event") == "jit-load" else r.get("variant"),
         "verdict": verdict,
@@ -177,7 +177,7 @@ def _exit(rows: list[dict[str, Any]]) -> Exit:
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     cells = [[str(row[c] if row[c] is not None else "-") for c in COLUMNS] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(COLUMNS)]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(COLUMNS)]
     return ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
             for line in [list(COLUMNS), *cells]]  # fmt: skip
 
