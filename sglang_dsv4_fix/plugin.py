@@ -294,6 +294,7 @@ def _install_hooks() -> None:
     """Wrap ``configure_logger`` (now, or the moment its module is imported) and, in a scheduler
     process, ``configure_scheduler_process``; the start line is logged at exit if nothing
     configures logging or loads the planner before then."""
+    atexit.register(_log_start)
     _when_imported(
         LOGGER_MODULE, lambda: _wrap_global(LOGGER_MODULE, LOGGER_FUNCTION, _after_logger)
     )
@@ -302,7 +303,6 @@ def _install_hooks() -> None:
     loader = _process.status.loader_module if _process else None
     if loader:
         _when_imported(loader, lambda: _apply_loader_hook(loader))
-    atexit.register(_log_start)
     if logging.getLogger().handlers:  # logging is configured already: say it now
         _log_start()
 
