@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from plugin_env import copy_site, install_self, release_site, run_python
+from plugin_env import copy_site, install_self, release_site, run_python, server_site
 
 from sglang_dsv4_fix.main import main
 
@@ -423,3 +423,18 @@ def test_metrics_without_the_variable_import_and_write_nothing(
                       env={"PROMETHEUS_MULTIPROC_DIR": str(missing)})  # fmt: skip
     assert done.returncode == 0 and "SERVING" in done.stdout, done.stderr
     assert not missing.exists() and "PROM False" in done.stdout
+
+
+def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
+    self_site: Path, tmp_path: Path
+) -> None:
+    """benchmarks/plugin_startup.py's probe: the "none" arm passes without the plugin and fails
+    (AssertionError) when the plugin is reachable, as it was from the checkout's *.egg-info."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from plugin_startup import measure
+
+    site, server = release_site("0.5.16"), server_site()
+    assert measure("none", tmp_path, site, server) > 0
+    assert measure("plugin", tmp_path, self_site, site, server) > 0
+    with pytest.raises(AssertionError):
+        measure("none", tmp_path, self_site, site, server)
