@@ -438,3 +438,14 @@ def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
     assert measure("plugin", tmp_path, self_site, site, server) > 0
     with pytest.raises(AssertionError):
         measure("none", tmp_path, self_site, site, server)
+
+
+def test_the_fix_hint_is_shell_quoted(tmp_path: Path) -> None:
+    import shlex
+
+    from sglang_dsv4_fix import plugin
+
+    site = copy_site(release_site("0.5.16"), tmp_path / "my site; rm -rf x")
+    status = plugin.inspect_tree(site / "sglang")
+    assert status.fix == f"sglang-dsv4-fix apply --tree {shlex.quote(str(site))}"
+    assert shlex.split(status.fix or "")[-1] == str(site)
