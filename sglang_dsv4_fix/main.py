@@ -37,7 +37,7 @@ SUMMARIES: dict[str, str] = {
     "prewarm": "compile the fixed planner into the JIT cache under the loader's own name",
     "repro": "build the kernel variants and hunt the race on this GPU (racecheck, latency)",
     "scan-logs": "find the race's failure signatures in SGLang logs (files or -)",
-    "report": "one table of the fleet's planner kernels from the plugin's report files",
+    "report": "one table of the fleet's planner kernels from the plugin's JSON-lines report files",
 }
 
 
