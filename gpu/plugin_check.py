@@ -2,15 +2,17 @@
 JIT-load report naming the build it loaded and the variant it was built from.
 
 Usage (PYTHONPATH holds this package installed with its entry point, an unpacked SGLang 0.5.16
-and apache-tvm-ffi): python3 gpu/plugin_check.py OUT_JSON
+or 0.5.17 and apache-tvm-ffi): python3 gpu/plugin_check.py OUT_JSON [LOADER_MODULE]
 Runs SGLang's own load_plugins() and configure_logger(), imports SGLang's loader module
-sglang.jit_kernel.dsv4.compress (if the package's further imports fail on this box, the loader
-module Python already executed is used and the JSON says why), then calls
+(default sglang.jit_kernel.dsv4.compress, pre-refactor; 0.5.17:
+sglang.kernels.ops.attention.dsv4.compress; if the package's further imports fail on this box,
+the loader module Python already executed is used and the JSON says why), then calls
 CompressorPrefillPlan.generate on GPU tensors, which calls _jit_compress_plan_module().
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -18,7 +20,7 @@ import types
 from typing import Any
 
 
-def main(out: str) -> int:
+def main(out: str, loader: str = "sglang.jit_kernel.dsv4.compress") -> int:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
@@ -27,14 +29,16 @@ def main(out: str) -> int:
     utils.configure_logger(types.SimpleNamespace(log_level="info"), prefix=" TP0")
     result: dict[str, Any] = {}
     try:
-        import sglang.jit_kernel.dsv4.compress  # noqa: F401
-
-        result["loader_import"] = "real import of sglang.jit_kernel.dsv4.compress: ok"
+        importlib.import_module(loader)
+        result["loader_import"] = f"real import of {loader}: ok"
     except Exception as e:
         result["loader_import"] = f"package import failed: {type(e).__name__}: {e}"
-    compress = sys.modules["sglang.jit_kernel.dsv4.compress"]
+    compress = sys.modules[loader]
     result["hooked"] = getattr(compress._jit_compress_plan_module, "__wrapped__", None) is not None
-    result.update(plan(compress))
+    try:
+        result.update(plan(compress))
+    except Exception as e:  # enforce refusing the build lands here
+        result["plan_error"] = f"{type(e).__name__}: {e}"
     with open(out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(json.dumps(result))
@@ -66,4 +70,4 @@ def plan(compress: Any) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main(*sys.argv[1:3]))

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "prewarm": "prewarm",
     "repro": "repro",
     "scan-logs": "scan_logs",
+    "report": "report",
 }
 
 # Commands that take --tree several times (one result per tree, the most severe exit code).
@@ -36,6 +37,7 @@ SUMMARIES: dict[str, str] = {
     "prewarm": "compile the fixed planner into the JIT cache under the loader's own name",
     "repro": "build the kernel variants and hunt the race on this GPU (racecheck, latency)",
     "scan-logs": "find the race's failure signatures in SGLang logs (files or -)",
+    "report": "one table of the fleet's planner kernels from the plugin's JSON-lines report files",
 }
 
 

@@ -2,24 +2,31 @@
 
 Registered as the entry point ``sglang_dsv4_fix`` in the group ``sglang.srt.plugins``. SGLang's
 ``load_plugins()`` calls :func:`register` once in the launcher/engine and in every scheduler (TP
-rank) process. It runs before SGLang configures logging, so the start line is logged from a hook
-AFTER ``configure_logger`` (the ranks come from its prefix, the GPU from
-``configure_scheduler_process``), and the JIT-load report from a hook AROUND the release's
-``_jit_compress_plan_module`` (sgl-project/sglang#32467 lives in the kernel it compiles).
+rank) process. It runs before SGLang configures logging, so the start line is logged right AFTER
+``configure_logger`` (the ranks come from its prefix, the GPU from ``configure_scheduler_process``);
+a process that never configures logging gets it at its first planner load or at exit. A problem is
+logged at ERROR (seen under the offline Engine's default ``log_level="error"``), a healthy tree at
+INFO. The JIT-load report comes from a hook AROUND the release's ``_jit_compress_plan_module``
+(sgl-project/sglang#32467 lives in the kernel it compiles).
 
 Environment: ``SGLANG_DSV4_FIX_MODE`` = ``warn`` (default) | ``enforce`` | ``off``;
-``SGLANG_DSV4_FIX_REPORT`` = a JSON-lines file that gets one record per event (docs/plugin.md).
+``SGLANG_DSV4_FIX_REPORT`` = a JSON-lines file that gets one record per event (docs/plugin.md);
+``PROMETHEUS_MULTIPROC_DIR`` (SGLang's ``--enable-metrics``): one gauge per process (metrics.py).
 In warn mode nothing here can stop SGLang: every failure is caught and logged.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
+import stat
 import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +40,11 @@ REPORT_ENV = "SGLANG_DSV4_FIX_REPORT"
 MODES = ("warn", "enforce", "off")
 TAG = "sglang-dsv4-fix:"
 SCHEMA = 1
-LOGGER_TARGET = "sglang.srt.utils.common.configure_logger"
-SCHEDULER_TARGET = "sglang.srt.managers.scheduler.configure_scheduler_process"
+LOGGER_MODULE, LOGGER_FUNCTION = "sglang.srt.utils.common", "configure_logger"
+SCHEDULER_MODULE, SCHEDULER_FUNCTION = (
+    "sglang.srt.managers.scheduler",
+    "configure_scheduler_process",
+)
 JIT_FUNCTION = "_jit_compress_plan_module"
 SO_MARK = "dpsk_v4_compress_plan"  # in every release's planner module (and so .so) name
 
@@ -71,6 +81,10 @@ class _Process:
     jit_done: bool = False
     pid: int = field(default_factory=os.getpid)
 
+    @property
+    def role(self) -> str:
+        return "scheduler" if self.gpu is not None else "main"
+
 
 _process: _Process | None = None
 _registered = False
@@ -91,12 +105,11 @@ def register() -> None:
     except Exception as e:  # the plugin must never take serving down in warn mode
         if mode == "enforce":  # enforce serves only what it has seen to be safe
             _exit(f"{TAG} refusing to start: cannot inspect the SGLang tree ({e})", 3)
-        logger.warning("%s could not inspect the SGLang tree (%s); serving continues", TAG, e)
+        logger.error("%s could not inspect the SGLang tree (%s); serving continues", TAG, e)
         return
     _process = _Process(mode, status, time.time())
     if mode == "enforce" and status.problem:
         _refuse(_process)
-    _guard("report", lambda: write_report(start_record(_process)))
     _guard("hooks", _install_hooks)
 
 
@@ -152,8 +165,9 @@ def inspect_tree(package_dir: Path) -> Status:
 
 
 def _preconditions(current: Any) -> str:
-    """ "ok" or the failed ones' names; known safe bytes are not parsed again."""
-    if current.safe and current.variant != "unknown" and (current.produced or current.bases):
+    """ "ok" or the failed ones' names; a release's known bytes (original or fix, checked when
+    the manifest was generated) are not parsed again."""
+    if current.produced or current.bases:
         return "ok"
     failed = [p.name for p in current.classification.preconditions if not p.ok]
     if not current.classification.preconditions:
@@ -188,8 +202,7 @@ def start_line(p: _Process) -> str:
 
 
 def _where(p: _Process) -> str:
-    role = "scheduler" if p.gpu is not None else "main"
-    parts = [f"process={role}"]
+    parts = [f"process={p.role}"]
     if p.rank:
         parts.append(f"rank={p.rank}")
     if p.gpu is not None:
@@ -224,6 +237,9 @@ def start_record(p: _Process) -> dict[str, Any]:
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p.started)),
         "host": os.uname().nodename,
         "pid": os.getpid(),
+        "process": p.role,
+        "rank": p.rank,
+        "gpu": p.gpu,
         "mode": p.mode,
         "action": "warned" if s.problem else "ok",
         "tree": s.package_dir,
@@ -245,41 +261,86 @@ def start_record(p: _Process) -> dict[str, Any]:
 
 def write_report(record: dict[str, Any]) -> None:
     """One JSON line, one ``write`` on an O_APPEND descriptor: records from many processes
-    never interleave (a single append write is atomic for regular files on local filesystems)."""
+    never interleave (a single append write is atomic for regular files on local filesystems).
+
+    Only a regular file is written: the open never blocks (O_NONBLOCK: a FIFO without a reader
+    fails at once, one with a reader is refused, as is a device). A short write is cut back off,
+    so the file holds whole records or nothing of this one (sgl-project/sglang issue 13 here)."""
     path = os.environ.get(REPORT_ENV)
     if not path:
         return
     data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    fd = os.open(path, flags, 0o644)
     try:
-        written = os.write(fd, data)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file (a FIFO or a device?); nothing written")
+        _append_whole(fd, path, data)
     finally:
         os.close(fd)
-    if written != len(data):
-        raise OSError(f"short write to {path} ({written} of {len(data)} bytes)")
+
+
+def _append_whole(fd: int, path: str, data: bytes) -> None:
+    written = os.write(fd, data)
+    if written != len(data):  # disk full: drop the torn tail we just appended
+        end = os.lseek(fd, 0, os.SEEK_CUR)
+        os.ftruncate(fd, end - written)
+        raise OSError(f"short write to {path} ({written} of {len(data)} bytes); record dropped")
 
 
 # --------------------------------------------------------------------------- hooks
 
 
 def _install_hooks() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
-
-    source = HookSource(plugin_name=ENTRY_POINT, dist_name="sglang-dsv4-fix")
-    reg = HookRegistry.register
-    if _module_of(LOGGER_TARGET) in sys.modules:
-        reg(LOGGER_TARGET, _after_configure_logger, HookType.AFTER, source=source)
-    else:  # nothing will configure logging through the hook: say it now
-        _log_start()
-    if _module_of(SCHEDULER_TARGET) in sys.modules:  # a scheduler (TP rank) process
-        reg(SCHEDULER_TARGET, _before_configure_scheduler, HookType.BEFORE, source=source)
+    """Wrap ``configure_logger`` (now, or the moment its module is imported) and, in a scheduler
+    process, ``configure_scheduler_process``; the start line is logged at exit if nothing
+    configures logging or loads the planner before then."""
+    atexit.register(_log_start)
+    _when_imported(
+        LOGGER_MODULE, lambda: _wrap_global(LOGGER_MODULE, LOGGER_FUNCTION, _after_logger)
+    )
+    if SCHEDULER_MODULE in sys.modules:  # a scheduler (TP rank) process
+        _wrap_global(SCHEDULER_MODULE, SCHEDULER_FUNCTION, _before_scheduler)
     loader = _process.status.loader_module if _process else None
     if loader:
-        _hook_loader_when_imported(loader, source)
+        _when_imported(loader, lambda: _apply_loader_hook(loader))
+    if logging.getLogger().handlers:  # logging is configured already: say it now
+        _log_start()
 
 
-def _module_of(target: str) -> str:
-    return target.rsplit(".", 1)[0]
+def _wrap_global(module: str, name: str, wrap: Callable[[Any], Callable[..., Any]]) -> None:
+    """Replace ``module.name`` by ``wrap(original)`` and re-point every loaded module's global
+    ``name`` that still holds the original (SGLang's callers do ``from ... import name``).
+
+    One dictionary lookup per module: SGLang's HookRegistry compares every attribute of every
+    loaded module for each target, ~57 ms per target in a server process (docs/plugin.md, Cost)."""
+    original = getattr(sys.modules[module], name)
+    if getattr(original, "__sglang_dsv4_fix__", False):
+        return
+    wrapped = wrap(original)
+    wrapped.__sglang_dsv4_fix__ = True  # type: ignore[attr-defined]
+    for mod in list(sys.modules.values()):
+        if isinstance(mod, types.ModuleType) and mod.__dict__.get(name) is original:
+            setattr(mod, name, wrapped)
+
+
+def _after_logger(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def configure_logger(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        _after_configure_logger(result, *args, **kwargs)
+        return result
+
+    return configure_logger
+
+
+def _before_scheduler(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def configure_scheduler_process(*args: Any, **kwargs: Any) -> Any:
+        _before_configure_scheduler(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return configure_scheduler_process
 
 
 def _current() -> _Process | None:
@@ -288,8 +349,7 @@ def _current() -> _Process | None:
     global _process
     p = _process
     if p is not None and p.pid != os.getpid():
-        p = _process = _Process(p.mode, p.status, time.time())
-        _guard("report", lambda: write_report(start_record(p)))
+        p = _process = _Process(p.mode, p.status, time.time(), gpu=p.gpu, rank=p.rank)
     return p
 
 
@@ -315,34 +375,51 @@ def _before_configure_scheduler(*args: Any, **kwargs: Any) -> None:
 
 
 def _log_start() -> None:
+    """The start line, once per process: ERROR for a problem (visible at every SGLang log level;
+    with logging unconfigured, Python's last-resort handler still prints it on stderr), INFO for
+    a healthy tree; then the report record and the /metrics gauge."""
     p = _current()
     if p is None or p.logged:
         return
     p.logged = True
-    level = logging.WARNING if p.status.problem else logging.INFO
+    level = logging.ERROR if p.status.problem else logging.INFO
     logger.log(level, "%s", start_line(p))
+    _guard("report", lambda: write_report(start_record(p)))
+    _guard("metrics", lambda: _export_metrics(p))
+
+
+def _export_metrics(p: _Process) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # else prometheus_client is never imported
+        from sglang_dsv4_fix import metrics
+
+        s = p.status
+        metrics.export(variant=s.variant, verdict=s.state, sha256=(s.sha256 or "")[:12],
+                       release=s.release or "", process=p.role, rank=p.rank or "")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- JIT load
 
 
-def _hook_loader_when_imported(module: str, source: Any) -> None:
-    """Hook ``<loader>._jit_compress_plan_module`` through SGLang's registry, now if the loader
-    is imported, else the moment it is (importing it here would cost every process that never
-    plans a DeepSeek-V4 batch its whole import chain)."""
+def _when_imported(module: str, then: Callable[[], None]) -> None:
+    """Run ``then`` now if ``module`` is imported, else the moment it is (importing it here would
+    cost every process its import chain: the planner's loader pulls transformers)."""
     if module in sys.modules:
-        _apply_loader_hook(module, source)
-        return
-    sys.meta_path.insert(0, _ImportWatch(module, lambda: _apply_loader_hook(module, source)))
+        then()
+    else:
+        sys.meta_path.insert(0, _ImportWatch(module, then))
 
 
-def _apply_loader_hook(module: str, source: Any) -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+def _apply_loader_hook(module: str) -> None:
+    """AROUND ``<loader>._jit_compress_plan_module`` through SGLang's registry (it keeps the
+    loader's ``@cache_once``). Its module walk is paid once, when the loader is imported, in a
+    process that is about to compile or load the planner anyway, never at start."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
 
     global _loader_hooked
     if _loader_hooked:
         return
     _loader_hooked = True
+    source = HookSource(plugin_name=ENTRY_POINT, dist_name="sglang-dsv4-fix")
     target = f"{module}.{JIT_FUNCTION}"
     HookRegistry.register(target, around_jit_module, HookType.AROUND, source=source)
     HookRegistry.apply_hooks()  # applies only targets not yet patched
@@ -387,6 +464,7 @@ def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -
     p = _current()
     if p is None or p.jit_done:
         return original(*args, **kwargs)
+    _log_start()  # a process that never configured logging says it at first use
     p.jit_done = True
     t0, before = time.time(), _mapped_planner_objects()
     module = original(*args, **kwargs)
@@ -414,7 +492,7 @@ def _jit_report(p: _Process, t0: float, before: set[str]) -> dict[str, Any]:
     built = _built_from(p, so, t0)
     record = {**start_record(p), "event": "jit-load", "so": str(so) if so else None, **built}
     record["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record["problem"] = _jit_problem(built)
+    record.update(_jit_verdict(p.status, built))
     record["action"] = "warned" if record["problem"] else "ok"
     _log_jit(record)
     _guard("report", lambda: write_report(record))
@@ -502,13 +580,23 @@ def _origin_variant(origin: str, status: Status) -> str | None:
     return origin if origin in ("no-init", "barrier") else None
 
 
-def _jit_problem(built: dict[str, Any]) -> str | None:
+def _jit_verdict(status: Status, built: dict[str, Any]) -> dict[str, Any]:
+    """The loaded build in the verdict's words (verdict.py): a racy build under a fixed kernel is
+    ``stale-build`` (exit 5), under the racy kernel ``racy`` (1), an untellable one ``unknown`` (3)."""
+    from sglang_dsv4_fix.errors import Exit
+    from sglang_dsv4_fix.kernel import FIXED
+    from sglang_dsv4_fix.verdict import PR
+
     variant = built.get("built_variant")
-    if variant in ("no-init", "barrier"):
-        return None
+    if variant in FIXED:
+        return {"state": status.state, "exit": status.exit_code, "problem": None}
     if variant == "racy-init":
-        return "the loaded planner .so was built from the racy kernel (sgl-project/sglang#32467)"
-    return f"cannot tell what the loaded planner .so was built from ({built.get('evidence')})"
+        state, code = ("racy", Exit.VULNERABLE) if status.variant == "racy-init" else (
+            "stale-build", Exit.STALE_BUILD)  # fmt: skip
+        message = f"the loaded planner .so was built from the racy kernel ({PR})"
+        return {"state": state, "exit": int(code), "problem": message}
+    message = f"cannot tell what the loaded planner .so was built from ({built.get('evidence')})"
+    return {"state": "unknown", "exit": int(Exit.UNKNOWN), "problem": message}
 
 
 def _log_jit(r: dict[str, Any]) -> None:
@@ -518,6 +606,6 @@ def _log_jit(r: dict[str, Any]) -> None:
         f"sha256={(r['built_sha256'] or '')[:12]} evidence={r['evidence']!r} pid={r['pid']}"
     )
     if r["problem"]:
-        logger.warning("%s -- WARNING: %s", line, r["problem"])
+        logger.error("%s -- %s: %s", line, r["state"].upper(), r["problem"])
     else:
         logger.info("%s", line)

@@ -49,6 +49,41 @@ BASE = (
     "msgspec==0.23.0",  # 0.5.23
     "pyzmq==27.3.0",  # 0.5.23
     "huggingface_hub==2.4.0",  # configure_logger, 0.5.21+
+    "prometheus_client==0.26.0",  # /metrics (SGLang 0.5.16 requires >= 0.20.0)
+    "httpx==0.29.0",  # Starlette's TestClient, to read /metrics through SGLang's own app
+)
+# What ``import sglang.srt.server_args`` needs beyond BASE (0.5.16, found by trying; every server
+# process has it loaded before load_plugins() resolves anything): for the startup benchmark.
+SERVER = (
+    "transformers==5.12.1",
+    "tokenizers==0.22.2",
+    "huggingface_hub==1.33.0",
+    "safetensors==0.8.0",
+    "regex==2026.11.19",
+    "pyyaml==6.0.4",
+    "filelock==4.3.1",
+    "fsspec==2026.9.0",
+    "hf_xet==1.8.0",
+    "typer==0.29.2",
+    "click==8.5.1",
+    "shellingham==1.5.4",
+    "rich==15.0.0",
+    "markdown_it_py==4.3.0",
+    "mdurl==0.1.2",
+    "pygments==2.21.0",
+    "dill==0.4.1",
+    "openai==2.6.1",
+    "jiter==0.19.0",
+    "distro==1.9.0",
+    "sniffio==1.3.1",
+    "partial_json_parser==0.2.1.1.post7",
+    "xgrammar==0.2.1",
+    "sentencepiece==0.2.3",
+    "sympy==1.14.0",
+    "mpmath==1.3.0",
+    "networkx==3.6.1",
+    "jinja2==3.1.6",
+    "markupsafe==3.0.4",
 )
 REPO = Path(__file__).resolve().parent.parent
 
@@ -112,6 +147,19 @@ def release_site(version: str) -> Path:
             shutil.rmtree(done, ignore_errors=True)
             _pip_target(done, "--find-links", str(wheel_cache()), str(wheel), *extra)
             (done / ".complete").write_text(str(wheel.name) + "\n")
+    return done
+
+
+def server_site() -> Path:
+    """A cached folder with SERVER (no deps): with a release folder and BASE, enough to import
+    ``sglang.srt.server_args`` as a server process has it."""
+    name = f"server-{_key(sys.version, *SERVER)}"
+    with _locked(name) as cache:
+        done = cache / name
+        if not (done / ".complete").exists():
+            shutil.rmtree(done, ignore_errors=True)
+            _pip_target(done, *SERVER)
+            (done / ".complete").write_text("ok\n")
     return done
 
 

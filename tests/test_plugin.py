@@ -19,18 +19,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from plugin_env import copy_site, install_self, release_site, run_python
+from plugin_env import copy_site, install_self, release_site, run_python, server_site
 
 from sglang_dsv4_fix.main import main
 
 pytestmark = pytest.mark.slow
 
 SERVE = """
-import types
+import os, types
 from sglang.srt.plugins import load_plugins
 load_plugins()
 import sglang.srt.utils as utils
-utils.configure_logger(types.SimpleNamespace(log_level="info"), prefix=" TP3")
+level = os.environ.get("TEST_LOG_LEVEL", "info")
+utils.configure_logger(types.SimpleNamespace(log_level=level), prefix=" TP3")
 print("SERVING", flush=True)
 """
 LINE = re.compile(r"^\[[^\]]* TP3\] sglang-dsv4-fix: c_plan\.cuh .*$", re.MULTILINE)
@@ -79,6 +80,48 @@ def test_unpatched_release_warns_and_serves(
     assert record["event"] == "start" and record["action"] == "warned"
     assert record["variant"] == "racy-init" and record["release"] == version
     assert record["fix"] == f"sglang-dsv4-fix apply --tree {site}"
+    assert record["state"] == "racy" and record["rank"] == "tp3" and record["process"] == "main"
+
+
+def test_racy_line_is_an_error_seen_under_log_level_error(self_site: Path) -> None:
+    """The offline Engine's default log level is "error": the racy line must still show."""
+    done, lines = serve(release_site("0.5.16"), self_site, TEST_LOG_LEVEL="error")
+    assert done.returncode == 0, done.stderr
+    (line,) = lines
+    assert "variant=racy-init" in line and line.endswith("; serving continues")
+
+
+def test_healthy_line_is_info_hidden_under_log_level_error(self_site: Path) -> None:
+    done, lines = serve(release_site("0.5.21"), self_site, TEST_LOG_LEVEL="error")
+    assert done.returncode == 0, done.stderr
+    assert lines == [] and "sglang-dsv4-fix" not in done.stderr
+
+
+def test_a_process_that_never_configures_logging_still_says_it_once(self_site: Path) -> None:
+    """A bare load_plugins(): the racy line comes at exit, on stderr through Python's last-resort
+    handler (logging is unconfigured), exactly once."""
+    code = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('DONE')\n"
+    site = release_site("0.5.16")
+    done = run_python(code, self_site, site)
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stderr
+    said = [x for x in done.stderr.splitlines() if x.startswith("sglang-dsv4-fix: c_plan.cuh ")]
+    assert len(said) == 1, done.stderr
+    assert said[0].startswith("sglang-dsv4-fix: c_plan.cuh variant=racy-init ")
+    assert said[0].endswith(f"(run: sglang-dsv4-fix apply --tree {site}); serving continues")
+
+
+def test_no_registry_walk_at_start(self_site: Path) -> None:
+    """The start hooks are plain wrappers re-pointed by name: SGLang's HookRegistry patches
+    nothing at start (its module walk is what cost ~57 ms per target)."""
+    code = SERVE + (
+        "from sglang.srt.plugins.hook_registry import HookRegistry\n"
+        "import sglang.srt.utils.common as common\n"
+        "print('PATCHED', sorted(HookRegistry._patched))\n"
+        "print('WRAPPED', utils.configure_logger is common.configure_logger, "
+        "hasattr(common.configure_logger, '__wrapped__'))\n"
+    )
+    done = run_python(code, self_site, release_site("0.5.16"))
+    assert "PATCHED []" in done.stdout and "WRAPPED True True" in done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.17"])
@@ -235,6 +278,58 @@ def test_the_jit_hook_sits_on_sglangs_internal_callers(self_site: Path, tmp_path
     assert names[i + 1 : i + 3] == ["hook_registry.py:wrapper", "plugin.py:around_jit_module"]
 
 
+def test_a_fifo_report_does_not_hang_the_plugin(self_site: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    done = run_python(SERVE, self_site, release_site("0.5.21"), env={"SGLANG_DSV4_FIX_REPORT": str(fifo)},
+                      timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "SERVING" in done.stdout, done.stderr
+    assert (
+        f"sglang-dsv4-fix: report failed (OSError: [Errno 6] No such device or address: "
+        f"'{fifo}'); serving continues"
+    ) in done.stderr
+
+
+def test_a_fifo_with_a_reader_is_refused_not_written(tmp_path: Path) -> None:
+    from sglang_dsv4_fix import plugin
+
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        os.environ[plugin.REPORT_ENV] = str(fifo)
+        with pytest.raises(OSError) as e:
+            plugin.write_report({"event": "start"})
+        assert (
+            str(e.value) == f"{fifo} is not a regular file (a FIFO or a device?); nothing written"
+        )
+        assert os.read(reader, 100) == b""
+    finally:
+        os.environ.pop(plugin.REPORT_ENV, None)
+        os.close(reader)
+
+
+def test_a_short_write_leaves_whole_records_only(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE makes the kernel write only part of the record: it is cut back off."""
+    report = tmp_path / "r.jsonl"
+    report.write_text('{"event": "start"}\n')
+    code = (
+        "import os, resource\n"
+        "from sglang_dsv4_fix.plugin import write_report\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))\n"
+        "try:\n"
+        "    write_report({'pad': 'x' * 3000})\n"
+        "except OSError as e:\n"
+        "    print('ERR', e)\n"
+    )
+    env = {**os.environ, "SGLANG_DSV4_FIX_REPORT": str(report)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == (
+        f"ERR short write to {report} (81 of 3012 bytes); record dropped"
+    ), done.stderr
+    assert report.read_text() == '{"event": "start"}\n'
+
+
 def test_report_lines_from_many_processes_never_interleave(tmp_path: Path) -> None:
     from sglang_dsv4_fix import plugin
 
@@ -271,3 +366,86 @@ def test_a_forked_child_reports_itself(self_site: Path, tmp_path: Path) -> None:
     assert len(pids) == 2 and pids[0] != pids[1], done.stderr
     records = [json.loads(r) for r in report.read_text().splitlines()]
     assert sorted(str(r["pid"]) for r in records) == sorted(pids)
+
+
+METRICS = (
+    SERVE
+    + """
+import sys
+print("PROM", "prometheus_client" in sys.modules, flush=True)
+"""
+)
+SCRAPE = """
+import sys
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+from sglang.srt.utils.common import add_prometheus_middleware
+app = Starlette()
+add_prometheus_middleware(app)
+print(TestClient(app).get("/metrics").text)
+"""
+SERIES = re.compile(r"^sglang_dsv4_fix_planner_kernel\{([^}]*)\} 1\.0$", re.MULTILINE)
+
+
+def test_metrics_every_process_shows_on_sglangs_own_metrics_endpoint(
+    self_site: Path, tmp_path: Path
+) -> None:
+    """Two processes (a racy main, a fixed TP3 rank) write into one multiprocess folder; SGLang's
+    own add_prometheus_middleware app serves both series on /metrics."""
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(prom)}
+    racy = run_python(METRICS.replace('prefix=" TP3"', 'prefix=""'), self_site,
+                      release_site("0.5.16"), env=env)  # fmt: skip
+    fixed = run_python(METRICS, self_site, release_site("0.5.21"), env=env)
+    assert racy.returncode == 0 and fixed.returncode == 0, racy.stderr + fixed.stderr
+    scraped = run_python(SCRAPE, release_site("0.5.16"), env=env)
+    assert scraped.returncode == 0, scraped.stderr
+    labels = [dict(kv.split("=", 1) for kv in m.split(",")) for m in SERIES.findall(scraped.stdout)]
+    got = sorted(
+        (d["verdict"], d["variant"], d["release"], d["rank"], d["process"]) for d in labels
+    )
+    assert got == [
+        ('"racy"', '"racy-init"', '"0.5.16"', '""', '"main"'),
+        ('"verified"', '"no-init"', '"0.5.21"', '"tp3"', '"main"'),
+    ], scraped.stdout
+    assert {d["pid"] for d in labels} != {'""'} and len({d["pid"] for d in labels}) == 2
+    assert "PROM True" in racy.stdout
+
+
+def test_metrics_without_the_variable_import_and_write_nothing(
+    self_site: Path, tmp_path: Path
+) -> None:
+    done = run_python(METRICS, self_site, release_site("0.5.16"))
+    assert done.returncode == 0 and "PROM False" in done.stdout, done.stderr
+    missing = tmp_path / "not-there"
+    done = run_python(METRICS, self_site, release_site("0.5.16"),
+                      env={"PROMETHEUS_MULTIPROC_DIR": str(missing)})  # fmt: skip
+    assert done.returncode == 0 and "SERVING" in done.stdout, done.stderr
+    assert not missing.exists() and "PROM False" in done.stdout
+
+
+def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
+    self_site: Path, tmp_path: Path
+) -> None:
+    """benchmarks/plugin_startup.py's probe: the "none" arm passes without the plugin and fails
+    (AssertionError) when the plugin is reachable, as it was from the checkout's *.egg-info."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from plugin_startup import measure
+
+    site, server = release_site("0.5.16"), server_site()
+    assert measure("none", tmp_path, site, server) > 0
+    assert measure("plugin", tmp_path, self_site, site, server) > 0
+    with pytest.raises(AssertionError):
+        measure("none", tmp_path, self_site, site, server)
+
+
+def test_the_fix_hint_is_shell_quoted(tmp_path: Path) -> None:
+    import shlex
+
+    from sglang_dsv4_fix import plugin
+
+    site = copy_site(release_site("0.5.16"), tmp_path / "my site; rm -rf x")
+    status = plugin.inspect_tree(site / "sglang")
+    assert status.fix == f"sglang-dsv4-fix apply --tree {shlex.quote(str(site))}"
+    assert shlex.split(status.fix or "")[-1] == str(site)
