@@ -162,3 +162,111 @@ def test_truncated_kernel_is_unknown() -> None:
     text = base()
     cut = text[: text.index("plan_compress_prefill_kernel0") + 400]
     assert classify(cut).variant == "unknown"
+
+
+# --------------------------------------------------------------------------- every clause, every release
+# Each edit breaks exactly one clause of one precondition's `ok = ...` in kernel.py (or the two
+# clauses that share one fact), so dropping that clause from the check changes the verdict. The
+# whole set of failed preconditions is asserted, not just membership: a clause that is removed
+# while another failure hides it would otherwise go unnoticed.
+
+LAUNCH = "one block of 1024 threads"
+WARPS = "32 warps (kNumWarps == block / 32)"
+WRITES = "every warp writes its own slot"
+BARRIER = "barrier between per-warp writes and warp 0's read"
+READS = "warp 0 reads exactly kNumWarps lanes"
+ALL = [LAUNCH, WARPS, WRITES, BARRIER, READS]
+
+CLAUSE_EDITS: dict[str, tuple[str, str, list[str]]] = {
+    # _single_block_launch: grid == 1, block == 1024, bound == 1024, exactly one launch site
+    "grid-2": (
+        r"LaunchKernel\(1, kMaxPrefillBatchSize,",
+        "LaunchKernel(2, kMaxPrefillBatchSize,",
+        [LAUNCH],
+    ),
+    "block-512": (r"LaunchKernel\(1, kMaxPrefillBatchSize,", "LaunchKernel(1, 512,", [LAUNCH]),
+    "launch-bounds-512": (
+        r"__launch_bounds__\(1024, 1\)(\s*//\s*void\s+plan_compress_prefill_kernel0)",
+        r"__launch_bounds__(512, 1)\1",
+        [LAUNCH],
+    ),
+    "two-launch-sites": (
+        r"( *LaunchKernel\(1, kMaxPrefillBatchSize, device\)\(plan_compress_prefill_kernel0, params0\);\n)",
+        r"\1\1",
+        [LAUNCH],
+    ),
+    # _warp_count: value == 32 (shared with _warp0_reads_all's lanes_match), warp id, lane id
+    "16-warps": (
+        r"constexpr auto kNumWarps = kMaxPrefillBatchSize / kWarpThreads;",
+        "constexpr uint32_t kHalfBlock = 512;\n  constexpr auto kNumWarps = kHalfBlock / kWarpThreads;",
+        [WARPS, READS],
+    ),
+    "no-warp-id": (
+        r"warp_id = tx / kWarpThreads;",
+        "warp_id = tx >> 5;",
+        [WARPS, WRITES, BARRIER, READS],
+    ),
+    "no-lane-id": (r"lane_id = tx % kWarpThreads;", "lane_id = tx & 31;", [WARPS, READS]),
+    # _every_warp_writes: two per-warp arrays, both written by warp id, unconditionally
+    "one-per-warp-array": (
+        r"__shared__ uint32_t warp_min\[kNumWarps\];",
+        "__shared__ uint32_t warp_min[64];",
+        [WRITES],
+    ),
+    "min-not-by-warp": (r"warp_min\[warp_id\] =", "warp_min[warp_id + 0] =", [WRITES]),
+    "guarded-write": (
+        r"( *warp_max\[warp_id\] = [^;]*;\n)",
+        r"  if (tx < params.batch_size) {\n\1  }\n",
+        [WRITES],
+    ),
+    # _barrier_before_read: a read exists, an unconditional barrier precedes it
+    "no-read": (
+        r"\((warp_max|warp_min)\[lane_id\]\)",
+        "(0u)",
+        [BARRIER, READS],
+    ),
+    "no-barrier": (r"(warp_min\[warp_id\] = [^;]*;\n) *__syncthreads\(\);\n", r"\1", [BARRIER]),
+    "conditional-barrier": (
+        r"(warp_min\[warp_id\] = [^;]*;\n) *__syncthreads\(\);\n",
+        r"\1  if (tx == 0) { __syncthreads(); }\n",
+        [BARRIER],
+    ),
+    # _warp0_reads_all: guard is warp 0, read by lane, both arrays read (lanes_match: 16-warps)
+    "warp-1-reads": (r"if \(warp_id == 0\) \{", "if (warp_id == 1) {", [READS]),
+    "unguarded-read": (
+        r"if \(warp_id == 0\) \{(\n[^}]*warp_min\[lane_id\][^}]*)\}",
+        r"{\1}",
+        [READS],
+    ),
+    "reads-slot-0": (r"warp_max\[lane_id\]", "warp_max[0]", [READS]),
+    "reads-max-twice": (r"warp_min\[lane_id\]", "warp_max[lane_id]", [READS]),
+    # spellings of "warp 0" the check accepts: nothing fails
+    "guard-tx-lt-32": (r"if \(warp_id == 0\) \{", "if (tx < 32) {", []),
+    "guard-threadidx-lt-kwarpthreads": (
+        r"if \(warp_id == 0\) \{",
+        "if (threadIdx.x < kWarpThreads) {",
+        [],
+    ),
+}
+
+
+def _release_no_init(version: str) -> str:
+    text = kernel_text(version)
+    return text if version in FIXED else rewrite(text, "no-init")
+
+
+@pytest.mark.parametrize("version", AFFECTED + FIXED)
+@pytest.mark.parametrize("edit", sorted(CLAUSE_EDITS))
+def test_each_precondition_clause_is_needed(version: str, edit: str) -> None:
+    import re
+
+    pattern, replacement, failing = CLAUSE_EDITS[edit]
+    base_text = _release_no_init(version)
+    assert classify(base_text).safe
+    edited, n = re.subn(pattern, replacement, base_text)
+    assert n == 1 or (edit == "no-read" and n == 2), (edit, n)
+    verdict = classify(edited)
+    failed = [p.name for p in verdict.preconditions if not p.ok]
+    assert failed == failing, [(p.name, p.detail) for p in verdict.preconditions if not p.ok]
+    assert [p.name for p in verdict.preconditions] == ALL
+    assert verdict.safe == (not failing)
