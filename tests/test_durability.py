@@ -209,3 +209,68 @@ def test_record_names_the_base_release(
     assert main(["apply", "--tree", str(root), "--no-clear-cache"]) == 0
     record = json.loads((kernel.parent / RECORD).read_text())
     assert (record["base_release"], record["method"]) == (expected, "manifest-patch")
+
+
+def test_the_temp_file_sits_beside_the_target_under_a_hidden_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # same folder: os.replace is atomic only within one file system; the name is what recovery
+    # looks for (.<name>.*.tmp) after a killed run
+    target = tmp_path / "c_plan.cuh"
+    seen: list[Path] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            seen.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    fsops.atomic_write(target, b"x")
+    (temp,) = seen
+    assert temp.parent == tmp_path
+    assert temp.name.startswith(".c_plan.cuh.") and temp.name.endswith(".tmp")
+    assert temp.name != ".c_plan.cuh..tmp" and not temp.exists()
+
+
+@pytest.mark.parametrize(("before", "after"), [(0o600, 0o600), (0o755, 0o755), (None, 0o644)])
+def test_atomic_write_keeps_the_mode(tmp_path: Path, before: int | None, after: int) -> None:
+    target = tmp_path / "f"
+    if before is not None:
+        target.write_bytes(b"old")
+        target.chmod(before)
+    fsops.atomic_write(target, b"new")
+    assert stat.S_IMODE(target.stat().st_mode) == after
+
+
+@pytest.mark.parametrize("temp_gone", [False, True])
+def test_a_failed_replace_leaves_no_temp_file_and_raises_its_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, temp_gone: bool
+) -> None:
+    target = tmp_path / "d" / "f"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+
+    def replace(src: Any, dst: Any) -> None:
+        if temp_gone:  # e.g. a concurrent recovery already dropped it: still the real error
+            os.unlink(src)
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="cross-device") as e:
+        fsops.atomic_write(target, b"new")
+    assert e.type is OSError
+    assert sorted(p.name for p in target.parent.iterdir()) == ["f"]
+    assert target.read_bytes() == b"old"
+
+
+def test_fsync_dir_opens_only_a_folder(tmp_path: Path) -> None:
+    # O_DIRECTORY: a folder swapped for a file (or a FIFO, which would block a plain open) fails
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(NotADirectoryError):
+        fsops.fsync_dir(tmp_path / "file")
+
+
+def test_removing_a_missing_file_is_a_no_op(tmp_path: Path) -> None:
+    fsops.remove(tmp_path / "gone")
+    assert not (tmp_path / "gone").exists()
