@@ -270,3 +270,22 @@ def test_each_precondition_clause_is_needed(version: str, edit: str) -> None:
     assert failed == failing, [(p.name, p.detail) for p in verdict.preconditions if not p.ok]
     assert [p.name for p in verdict.preconditions] == ALL
     assert verdict.safe == (not failing)
+
+
+# --------------------------------------------------------------------------- Kernel0's queries
+
+
+def test_init_writes_without_per_warp_writes_are_every_other_write() -> None:
+    from sglang_dsv4_fix.kernel import parse
+
+    k = parse(base().replace(PER_WARP, ""))
+    assert [(a.array, a.index) for a in k.init_writes()] == [
+        ("warp_max", "tx"),
+        ("warp_min", "tx"),
+    ]
+
+
+def test_a_read_before_the_per_warp_writes_is_not_an_init() -> None:
+    early = "  const uint32_t early = warp_max[lane_id];\n"
+    verdict = classify(_no_init().replace(PER_WARP, early + PER_WARP))
+    assert verdict.variant == "no-init"
