@@ -190,10 +190,15 @@ CLAUSE_EDITS: dict[str, tuple[str, str, list[str]]] = {
         r"__launch_bounds__(512, 1)\1",
         [LAUNCH],
     ),
-    "two-launch-sites": (
+    "second-launch-site-grid-2": (
+        r"( *LaunchKernel\(1, kMaxPrefillBatchSize, device\)\(plan_compress_prefill_kernel0, params0\);\n)",
+        r"\1  LaunchKernel(2, kMaxPrefillBatchSize, device)(plan_compress_prefill_kernel0, params0);\n",
+        [LAUNCH],
+    ),
+    "two-good-launch-sites": (  # a fork's second entry point, also one block of 1024: fine
         r"( *LaunchKernel\(1, kMaxPrefillBatchSize, device\)\(plan_compress_prefill_kernel0, params0\);\n)",
         r"\1\1",
-        [LAUNCH],
+        [],
     ),
     # _warp_count: value == 32 (shared with _warp0_reads_all's lanes_match), warp id, lane id
     "16-warps": (

@@ -53,12 +53,20 @@ MODULES: dict[str, Target] = {
         tuple(
             f"sglang_dsv4_fix.kernel.{f}__mutmut_*"
             for f in (
-                "x__single_block_launch", "x__warp_count", "x__every_warp_writes",
-                "x__barrier_before_read", "x__warp0_reads_all", "x__is_warp0_guard",
-                "x_preconditions", "x__launches", "x__variant", "x__first_read", "x_classify",
+                "x__single_block_launch",
+                "x__warp_count",
+                "x__every_warp_writes",
+                "x__barrier_before_read",
+                "x__warp0_reads_all",
+                "x__is_warp0_guard",
+                "x_preconditions",
+                "x__launches",
+                "x__variant",
+                "x__first_read",
+                "x_classify",
                 "xǁKernel0ǁ*",
             )
-        ),  # fmt: skip
+        ),
     ),
     "rewrite": Target(("tests/test_kernel.py",), RELEASES_K),
     "fsops": Target(("tests/test_durability.py",)),
@@ -142,12 +150,19 @@ def run_module(module: str, scratch: Path, out: Path, jobs: int, budget: float) 
     diffs = [mutmut(dest, "show", n, timeout=120).stdout for n in survivors]
     (out / f"{module}.json").write_text(
         json.dumps(
-            {"module": module, "tests": target.tests, "select": target.select,
-             "functions": target.functions, "seconds": round(seconds), "counts": counts,
-             "mutants": found, "log_tail": tail},
+            {
+                "module": module,
+                "tests": target.tests,
+                "select": target.select,
+                "functions": target.functions,
+                "seconds": round(seconds),
+                "counts": counts,
+                "mutants": found,
+                "log_tail": tail,
+            },
             indent=2,
             sort_keys=True,
-        )  # fmt: skip
+        )
         + "\n"
     )
     (out / f"{module}.diffs").write_text("\n".join(diffs))
