@@ -294,3 +294,145 @@ def test_a_read_before_the_per_warp_writes_is_not_an_init() -> None:
     early = "  const uint32_t early = warp_max[lane_id];\n"
     verdict = classify(_no_init().replace(PER_WARP, early + PER_WARP))
     assert verdict.variant == "no-init"
+
+
+# What operators read: the exact reason and the failed preconditions' details, on 0.5.16.
+NO_INIT_REASON = "no initialisation of the per-warp slots before the per-warp writes"
+PER_ARRAY = "expected exactly one per-warp write (array[warp_id] = ...) per array"
+MESSAGES_0516: dict[str, tuple[str, str, list[str]]] = {
+    "16-warps": (
+        "no-init",
+        NO_INIT_REASON,
+        [
+            "kNumWarps = 16, warp id = warp_id, lane id = lane_id",
+            "read warp_max[lane_id] under 'if (warp_id == 0)'; kNumWarps != 32 lanes",
+        ],
+    ),
+    "block-512": (
+        "no-init",
+        NO_INIT_REASON,
+        ["launched as grid=1, block=512, __launch_bounds__(1024)"],
+    ),
+    "conditional-barrier": (
+        "no-init",
+        NO_INIT_REASON,
+        ["no unconditional barrier before the read"],
+    ),
+    "grid-2": (
+        "no-init",
+        NO_INIT_REASON,
+        ["launched as grid=2, block=1024, __launch_bounds__(1024)"],
+    ),
+    "guard-threadidx-lt-kwarpthreads": ("no-init", NO_INIT_REASON, []),
+    "guard-tx-lt-32": ("no-init", NO_INIT_REASON, []),
+    "guarded-write": (
+        "no-init",
+        NO_INIT_REASON,
+        ["warp_max[warp_id] is written only under 'if (tx < params.batch_size)'"],
+    ),
+    "launch-bounds-512": (
+        "no-init",
+        NO_INIT_REASON,
+        ["launched as grid=1, block=1024, __launch_bounds__(512)"],
+    ),
+    "min-not-by-warp": (
+        "unknown",
+        PER_ARRAY,
+        ["unconditional writes to warp_max indexed by warp_id"],
+    ),
+    "no-barrier": ("no-init", NO_INIT_REASON, ["no unconditional barrier before the read"]),
+    "no-lane-id": (
+        "no-init",
+        NO_INIT_REASON,
+        [
+            "kNumWarps = 32, warp id = warp_id, lane id = None",
+            "read warp_max[lane_id] under 'if (warp_id == 0)'",
+        ],
+    ),
+    "no-read": (
+        "no-init",
+        NO_INIT_REASON,
+        [
+            "no unconditional barrier before the read",
+            "no read of the per-warp slots after the writes",
+        ],
+    ),
+    "no-warp-id": (
+        "unknown",
+        PER_ARRAY,
+        [
+            "kNumWarps = 32, warp id = None, lane id = lane_id",
+            "unconditional writes to nothing indexed by None",
+            "no per-warp writes found",
+            "no read of the per-warp slots after the writes",
+        ],
+    ),
+    "one-per-warp-array": (
+        "unknown",
+        "no pair of per-warp __shared__ scratch arrays (warp_max/warp_min)",
+        ["unconditional writes to warp_max indexed by warp_id"],
+    ),
+    "reads-max-twice": (
+        "no-init",
+        NO_INIT_REASON,
+        ["read warp_max[lane_id] under 'if (warp_id == 0)'"],
+    ),
+    "reads-slot-0": ("no-init", NO_INIT_REASON, ["read warp_max[0] under 'if (warp_id == 0)'"]),
+    "second-launch-site-grid-2": (
+        "no-init",
+        NO_INIT_REASON,
+        ["launch 2 of 2 is grid=2, block=1024, __launch_bounds__(1024)"],
+    ),
+    "two-good-launch-sites": ("no-init", NO_INIT_REASON, []),
+    "unguarded-read": ("no-init", NO_INIT_REASON, ["read warp_max[lane_id] under '{'"]),
+    "warp-1-reads": (
+        "no-init",
+        NO_INIT_REASON,
+        ["read warp_max[lane_id] under 'if (warp_id == 1)'"],
+    ),
+}
+RACY_REASON = "init of warp_max, warp_min races the per-warp writes: no unconditional __syncthreads() between them (sgl-project/sglang#32467)"
+OK_DETAILS = [
+    "launched as grid=1, block=1024, __launch_bounds__(1024)",
+    "kNumWarps = 32, warp id = warp_id, lane id = lane_id",
+    "unconditional writes to warp_max, warp_min indexed by warp_id",
+    "unconditional __syncthreads() before the read",
+    "read warp_max[lane_id] under 'if (warp_id == 0)'",
+]
+
+
+@pytest.mark.parametrize("edit", sorted(MESSAGES_0516))
+def test_reason_and_details_are_exact(edit: str) -> None:
+    import re
+
+    pattern, replacement, _ = CLAUSE_EDITS[edit]
+    verdict = classify(re.sub(pattern, replacement, _release_no_init("0.5.16")))
+    variant, reason, details = MESSAGES_0516[edit]
+    assert (verdict.variant, verdict.reason) == (variant, reason)
+    assert [p.detail for p in verdict.preconditions if not p.ok] == details
+
+
+def test_racy_and_fixed_messages_are_exact() -> None:
+    racy, fixed = classify(kernel_text("0.5.16")), classify(_release_no_init("0.5.16"))
+    assert (racy.variant, racy.reason) == ("racy-init", RACY_REASON)
+    assert (fixed.variant, fixed.reason) == ("no-init", NO_INIT_REASON)
+    assert [p.detail for p in racy.preconditions] == OK_DETAILS
+    assert [p.detail for p in fixed.preconditions] == OK_DETAILS
+    barrier = classify(rewrite(kernel_text("0.5.16"), "barrier"))
+    assert barrier.reason == (
+        "init of warp_max, warp_min is followed by __syncthreads() before the per-warp writes"
+    )
+
+
+def test_a_second_per_warp_write_is_unknown() -> None:
+    twice = _no_init().replace(PER_WARP, PER_WARP + PER_WARP)
+    verdict = classify(twice)
+    assert (verdict.variant, verdict.reason) == ("unknown", PER_ARRAY)
+
+
+def test_a_late_write_is_named() -> None:
+    late = READ_BARRIER.replace(
+        "  __syncthreads();\n", "  warp_max[lane_id] = 0;\n  __syncthreads();\n"
+    )
+    verdict = classify(_no_init().replace(READ_BARRIER, late))
+    assert verdict.reason == "warp_max[lane_id] is written between the per-warp writes and the read"
