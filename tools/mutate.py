@@ -129,14 +129,16 @@ def statuses(dest: Path) -> dict[str, str]:
     return found
 
 
-def run_module(module: str, scratch: Path, out: Path, jobs: int, budget: float) -> dict[str, int]:
+def run_module(
+    module: str, scratch: Path, out: Path, jobs: int, budget: float, only: list[str]
+) -> dict[str, int]:
     dest = scratch / module
     export(dest)
     target = MODULES[module]
     configure(dest, module, target)
     start = time.monotonic()
     try:
-        names = [] if target.functions == ("*",) else list(target.functions)
+        names = only or ([] if target.functions == ("*",) else list(target.functions))
         run = mutmut(dest, "run", "--max-children", str(jobs), *names, timeout=budget)
         tail = run.stdout[-2000:] + run.stderr[-2000:]
     except subprocess.TimeoutExpired:
@@ -175,11 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
     parser.add_argument("--budget", type=float, default=1500, help="seconds per module at most")
     parser.add_argument("--out", type=Path, default=Path("mutation-results"))
+    parser.add_argument(
+        "--only", nargs="+", default=[], metavar="NAME", help="re-run just these mutants (patterns)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sglang-dsv4-fix-mutate-") as scratch:
         for module in args.modules:
-            counts = run_module(module, Path(scratch), args.out, args.jobs, args.budget)
+            counts = run_module(module, Path(scratch), args.out, args.jobs, args.budget, args.only)
             print(module, json.dumps(counts, sort_keys=True), flush=True)
     return 0
 
