@@ -145,10 +145,10 @@ def test_racy_and_fixed_builds_at_jit_load_and_start(self_site: Path, tmp_path: 
     assert "LOADED" in done.stdout, done.stderr
     (start,) = starts
     assert "variant=no-init" in start and "mode=warn" in start
-    assert start.endswith(
-        f"-- WARNING: racy planner build(s) still in the JIT cache {cache}: {RACY_DIR}; "
-        f"serving continues; fix: sglang-dsv4-fix clear-cache --tree {site}"
-    )
+    # key fields: the stale build named, the fix command, serving goes on
+    assert RACY_DIR in start
+    assert f"sglang-dsv4-fix clear-cache --tree {site}" in start
+    assert start.endswith("serving continues")
     (jit,) = jits
     assert f"so={fixed_so} (from cache) built-from variant=no-init " in jit
     assert "WARNING" not in jit
@@ -160,10 +160,8 @@ def test_racy_and_fixed_builds_at_jit_load_and_start(self_site: Path, tmp_path: 
     )
     assert done.returncode == 5, done.stderr
     assert "SERVING" not in done.stdout and jits == []
-    assert done.stderr.splitlines()[-1].startswith(
-        f"sglang-dsv4-fix: refusing to start: racy planner build(s) still in the JIT cache {cache}: "
-        f"{RACY_DIR}"
-    )
+    refusal = done.stderr.splitlines()[-1]
+    assert refusal.startswith("sglang-dsv4-fix: refusing to start: ") and RACY_DIR in refusal
     assert [(r["event"], r["action"]) for r in records] == [("start", "refused")]
 
     # 4. enforce, cache cleared: starts; then the kernel goes back to the original and the racy
