@@ -243,6 +243,11 @@ CLAUSE_EDITS: dict[str, tuple[str, str, list[str]]] = {
         r"{\1}",
         [READS],
     ),
+    "read-at-top-level": (
+        r"if \(warp_id == 0\) \{\n([^}]*warp_min\[lane_id\][^}]*)\}",
+        r"\1",
+        [READS],
+    ),
     "reads-slot-0": (r"warp_max\[lane_id\]", "warp_max[0]", [READS]),
     "reads-max-twice": (r"warp_min\[lane_id\]", "warp_max[lane_id]", [READS]),
     # spellings of "warp 0" the check accepts: nothing fails
@@ -300,6 +305,7 @@ def test_a_read_before_the_per_warp_writes_is_not_an_init() -> None:
 NO_INIT_REASON = "no initialisation of the per-warp slots before the per-warp writes"
 PER_ARRAY = "expected exactly one per-warp write (array[warp_id] = ...) per array"
 MESSAGES_0516: dict[str, tuple[str, str, list[str]]] = {
+    "read-at-top-level": ("no-init", NO_INIT_REASON, ["read warp_max[lane_id] under '(none)'"]),
     "16-warps": (
         "no-init",
         NO_INIT_REASON,
