@@ -288,7 +288,13 @@ def test_each_precondition_clause_is_needed(version: str, edit: str) -> None:
 def test_init_writes_without_per_warp_writes_are_every_other_write() -> None:
     from sglang_dsv4_fix.kernel import parse
 
-    k = parse(base().replace(PER_WARP, ""))
+    no_writes = (
+        base()
+        .replace(PER_WARP, "")
+        .replace("  warp_min[warp_id] = warp::reduce_min(e_for_min);\n", "")
+    )
+    k = parse(no_writes)
+    assert k.per_warp_writes() == []
     assert [(a.array, a.index) for a in k.init_writes()] == [
         ("warp_max", "tx"),
         ("warp_min", "tx"),
@@ -442,3 +448,16 @@ def test_a_late_write_is_named() -> None:
     )
     verdict = classify(_no_init().replace(READ_BARRIER, late))
     assert verdict.reason == "warp_max[lane_id] is written between the per-warp writes and the read"
+
+
+def test_a_missing_warp_count_is_named_so() -> None:
+    # (with `warp_id = tx / kWarpThreads` left in, the parser takes warp_id for the count name)
+    text = _no_init().replace(
+        "  constexpr auto kNumWarps = kMaxPrefillBatchSize / kWarpThreads;\n", ""
+    )
+    text = text.replace("warp_id = tx / kWarpThreads;", "warp_id = tx >> 5;")
+    (warps,) = [p for p in classify(text).preconditions if p.name == WARPS]
+    assert (warps.ok, warps.detail) == (
+        False,
+        "warp count = None, warp id = None, lane id = lane_id",
+    )
