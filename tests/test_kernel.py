@@ -200,6 +200,41 @@ CLAUSE_EDITS: dict[str, tuple[str, str, list[str]]] = {
         r"\1\1",
         [],
     ),
+    "no-launch-site": (
+        r" *LaunchKernel\(1, kMaxPrefillBatchSize, device\)\(plan_compress_prefill_kernel0, params0\);\n",
+        "",
+        [LAUNCH],
+    ),
+    "no-launch-bounds": (
+        r"__launch_bounds__\(1024, 1\)(\s*//\s*void\s+plan_compress_prefill_kernel0)",
+        r"\1",
+        [],
+    ),
+    "launch-bounds-by-name": (
+        r"__launch_bounds__\(1024, 1\)(\s*//\s*void\s+plan_compress_prefill_kernel0)",
+        r"__launch_bounds__(kMaxPrefillBatchSize, 1)\1",
+        [],
+    ),
+    "launch-bounds-unknown": (
+        r"__launch_bounds__\(1024, 1\)(\s*//\s*void\s+plan_compress_prefill_kernel0)",
+        r"__launch_bounds__(kThreads, 1)\1",
+        [LAUNCH],
+    ),
+    "grid-by-name": (
+        r"LaunchKernel\(1, kMaxPrefillBatchSize,",
+        "LaunchKernel(kMaxPrefillBatchSize / 1024, kMaxPrefillBatchSize,",
+        [],
+    ),
+    "grid-unknown": (
+        r"LaunchKernel\(1, kMaxPrefillBatchSize,",
+        "LaunchKernel(num_blocks, kMaxPrefillBatchSize,",
+        [LAUNCH],
+    ),
+    "block-unknown": (
+        r"LaunchKernel\(1, kMaxPrefillBatchSize,",
+        "LaunchKernel(1, params.block_size,",
+        [LAUNCH],
+    ),
     # _warp_count: value == 32 (shared with _warp0_reads_all's lanes_match), warp id, lane id
     "16-warps": (
         r"constexpr auto kNumWarps = kMaxPrefillBatchSize / kWarpThreads;",
@@ -311,6 +346,29 @@ def test_a_read_before_the_per_warp_writes_is_not_an_init() -> None:
 NO_INIT_REASON = "no initialisation of the per-warp slots before the per-warp writes"
 PER_ARRAY = "expected exactly one per-warp write (array[warp_id] = ...) per array"
 MESSAGES_0516: dict[str, tuple[str, str, list[str]]] = {
+    "no-launch-site": (
+        "no-init",
+        NO_INIT_REASON,
+        ["found no launch site of plan_compress_prefill_kernel0"],
+    ),
+    "no-launch-bounds": ("no-init", NO_INIT_REASON, []),
+    "launch-bounds-by-name": ("no-init", NO_INIT_REASON, []),
+    "launch-bounds-unknown": (
+        "no-init",
+        NO_INIT_REASON,
+        ["launched as grid=1, block=1024, __launch_bounds__(kThreads=?)"],
+    ),
+    "grid-by-name": ("no-init", NO_INIT_REASON, []),
+    "grid-unknown": (
+        "no-init",
+        NO_INIT_REASON,
+        ["launched as grid=num_blocks=?, block=1024, __launch_bounds__(1024)"],
+    ),
+    "block-unknown": (
+        "no-init",
+        NO_INIT_REASON,
+        ["launched as grid=1, block=params.block_size=?, __launch_bounds__(1024)"],
+    ),
     "read-at-top-level": ("no-init", NO_INIT_REASON, ["read warp_max[lane_id] under '(none)'"]),
     "16-warps": (
         "no-init",
