@@ -41,6 +41,13 @@ class Move:
     data: bytes  # what lands at dst
 
 
+def _in(name: Any, dir_fd: int | None) -> Path:
+    """The path ``name`` stands for (relative to ``dir_fd`` when the call gave one)."""
+    if dir_fd is None:
+        return Path(name)
+    return Path(os.readlink(f"/proc/self/fd/{dir_fd}")) / name
+
+
 def _ident(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
 
@@ -62,7 +69,8 @@ class Spy:
 
         def mover(real: Callable[..., None]) -> Callable[..., None]:
             def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-                event = Move(Path(src), Path(dst), Path(src).read_bytes())
+                where = _in(src, kwargs.get("src_dir_fd")), _in(dst, kwargs.get("dst_dir_fd"))
+                event = Move(where[0], where[1], where[0].read_bytes())
                 self.before_move(event)
                 self.events.append(event)
                 real(src, dst, *args, **kwargs)
