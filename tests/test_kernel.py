@@ -519,3 +519,41 @@ def test_a_missing_warp_count_is_named_so() -> None:
         False,
         "warp count = None, warp id = None, lane id = lane_id",
     )
+
+
+# --------------------------------------------------------------------------- rewrite's edges
+
+
+def test_rewrite_refuses_what_is_not_racy() -> None:
+    from sglang_dsv4_fix.errors import Exit, FatalError
+
+    with pytest.raises(FatalError) as e:
+        rewrite(_no_init(), "barrier")
+    assert (str(e.value), e.value.code) == (
+        f"cannot rewrite: kernel0 is no-init ({NO_INIT_REASON})",
+        Exit.UNKNOWN,
+    )
+
+
+def test_rewrite_refuses_an_init_interleaved_with_other_statements() -> None:
+    from sglang_dsv4_fix.errors import Exit, FatalError
+
+    mixed = "  warp_max[lane_id] = 0;\n  counter_c = 0;\n  warp_min[lane_id] = 0xFFFFFFFFu;\n"
+    with pytest.raises(FatalError) as e:
+        rewrite(base().replace(INIT, mixed), "no-init")
+    assert (str(e.value), e.value.code) == (
+        "cannot rewrite: the init writes are interleaved with other statements",
+        Exit.UNKNOWN,
+    )
+
+
+def test_an_unguarded_init_is_rewritten_line_by_line() -> None:
+    lane = "  warp_max[lane_id] = 0;\n  warp_min[lane_id] = 0xFFFFFFFFu;\n"
+    racy = base().replace(INIT, lane)
+    assert rewrite(racy, "no-init") == racy.replace(lane + "\n", "")
+    assert rewrite(racy, "barrier") == racy.replace(lane, lane + "  __syncthreads();\n")
+
+
+def test_no_blank_line_after_the_init_only_the_block_goes() -> None:
+    tight = base().replace(INIT + "\n", INIT)
+    assert rewrite(tight, "no-init") == base().replace(INIT + "\n", "")
