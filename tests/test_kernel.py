@@ -557,3 +557,21 @@ def test_an_unguarded_init_is_rewritten_line_by_line() -> None:
 def test_no_blank_line_after_the_init_only_the_block_goes() -> None:
     tight = base().replace(INIT + "\n", INIT)
     assert rewrite(tight, "no-init") == base().replace(INIT + "\n", "")
+
+
+@pytest.mark.parametrize(
+    "shared",
+    [
+        pytest.param(
+            lambda t: t.replace(INIT, "  counter_w = 0; " + INIT.lstrip()), id="code-before"
+        ),
+        pytest.param(lambda t: t.replace(INIT, INIT[:-1] + " counter_w = 0;\n"), id="code-after"),
+    ],
+)
+def test_rewrite_refuses_an_init_block_sharing_a_line(shared) -> None:  # type: ignore[no-untyped-def]
+    from sglang_dsv4_fix.errors import FatalError
+
+    with pytest.raises(
+        FatalError, match=r"^cannot rewrite: the init block shares a line with other code$"
+    ):
+        rewrite(shared(base()), "no-init")
