@@ -575,3 +575,10 @@ def test_rewrite_refuses_an_init_block_sharing_a_line(shared) -> None:  # type: 
         FatalError, match=r"^cannot rewrite: the init block shares a line with other code$"
     ):
         rewrite(shared(base()), "no-init")
+
+
+def test_a_file_starting_with_a_blank_line_is_rewritten_in_place() -> None:
+    assert rewrite("\n" + base(), "no-init") == "\n" + base().replace(INIT + "\n", "")
+    assert rewrite("\n" + base(), "barrier") == "\n" + base().replace(
+        INIT, INIT + "  __syncthreads();\n"
+    )
