@@ -10,6 +10,7 @@ import os
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jitref import release_names
@@ -39,25 +40,26 @@ def variant_tree(factory: TreeFactory, version: str, dest: Path, variant: str) -
     return tree
 
 
-def reference(tree: Tree, capability: tuple[int, int] = (9, 0)) -> dict[str, str]:
-    loader = jitcache.loader_file(tree)
-    assert loader is not None
-    arch = jitcache.arch_for(tree, *capability)
-    call = jitcache.load_call(tree, b"", arch, "x")  # only the call's sources/flags are used
-    pin = jitcache.tvm_ffi_pin(tree.release)
-    return release_names(
-        tree.package_dir,
-        loader,
-        tree.kernel_root,
-        capability,
-        pin,
-        {
-            "cuda_sources": list(call.cuda_sources),
-            "cflags": list(call.extra_cflags),
-            "cuda_cflags": list(call.extra_cuda_cflags),
-            "include_paths": list(call.extra_include_paths),
-        },
-    )
+def reference(
+    tree: Tree, capability: tuple[int, int] = (9, 0), cache: Path | None = None
+) -> dict[str, Any]:
+    """What the release's own load_jit does here (release_names): nothing taken from jitcache.
+
+    The tvm-ffi version is the release's pin as its wheel's METADATA requires it."""
+    root = cache if cache is not None else Path("/nonexistent-cache")
+    return release_names(tree.package_dir, capability, wheel_tvm_ffi_pin(tree.release), root)
+
+
+def wheel_tvm_ffi_pin(version: str | None) -> str:
+    assert version is not None
+    with zipfile.ZipFile(fetch_wheel(version)) as whl:
+        meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = whl.read(meta).decode().splitlines()
+    pins = [
+        ln.split("==", 1)[1] for ln in lines if ln.startswith("Requires-Dist: apache-tvm-ffi==")
+    ]
+    assert len(pins) == 1, pins
+    return pins[0]
 
 
 @pytest.mark.parametrize("version", AFFECTED)
@@ -67,17 +69,25 @@ def test_names_match_the_release_own_code(
 ) -> None:
     tree = variant_tree(tree_factory, version, tmp_path / "sp", variant)
     assert jitcache.scheme_of(tree) == SCHEMES[version]
-    ref = reference(tree)
+    ref = reference(tree, cache=tmp_path)
     data = tree.kernel_path.read_bytes()  # type: ignore[union-attr]
     scheme = jitcache.scheme_of(tree)
     assert jitcache.module_name(tree, data, scheme) == ref["module"]
+    pin = wheel_tvm_ffi_pin(version)
+    call = jitcache.load_call(tree, data, jitcache.arch_for(tree, 9, 0), pin, tmp_path)
+    # the flags, sources and include list the release's own load_jit passed to load_inline
+    real = ref["call"]
+    assert list(call.cuda_sources) == real["cuda_sources"]
+    assert real["cpp_sources"] == [] and real["extra_ldflags"] == []
+    assert list(call.extra_cflags) == real["extra_cflags"]
+    assert list(call.extra_cuda_cflags) == real["extra_cuda_cflags"]
+    assert list(call.extra_include_paths) == real["extra_include_paths"]
+    assert call.arch.flag == ref["arch_flag"]
     if scheme == "content-dir":
-        tvmffi = ref["dir"].rsplit("__tvmffi_", 1)[1]  # what the real _tvm_ffi_version said here
-        call = jitcache.load_call(tree, data, jitcache.arch_for(tree, 9, 0), tvmffi, tmp_path)
-        assert call.build_dir == tmp_path / ref["dir"]
-        assert call.arch.flag == ref["arch_flag"]
+        assert call.build_directory == call.build_dir == tmp_path / ref["dir"]
+        assert str(call.build_dir) == real["build_directory"]
     else:
-        call = jitcache.load_call(tree, data, jitcache.arch_for(tree, 9, 0), None, tmp_path)
+        assert call.build_directory is None and real["build_directory"] is None
         assert call.build_dir == tmp_path / ref["tvm_dir"]
 
 
