@@ -7,7 +7,7 @@ AFTER ``configure_logger`` (the ranks come from its prefix, the GPU from
 ``configure_scheduler_process``), and the JIT-load report from a hook AROUND the release's
 ``_jit_compress_plan_module`` (sgl-project/sglang#32467 lives in the kernel it compiles).
 
-Environment: ``SGLANG_DSV4_FIX_MODE`` = ``warn`` (default) | ``enforce`` | ``off``;
+Environment: ``SGLANG_DSV4_FIX_MODE`` = ``warn`` (default) | ``enforce`` | ``heal`` | ``off``;
 ``SGLANG_DSV4_FIX_REPORT`` = a JSON-lines file that gets one record per event (docs/plugin.md).
 In warn mode nothing here can stop SGLang: every failure is caught and logged.
 """
@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 ENTRY_POINT = "sglang_dsv4_fix"
 MODE_ENV = "SGLANG_DSV4_FIX_MODE"
 REPORT_ENV = "SGLANG_DSV4_FIX_REPORT"
-MODES = ("warn", "enforce", "off")
+MODES = ("warn", "enforce", "heal", "off")
+ENFORCING = ("enforce", "heal")  # heal refuses what it cannot heal, as enforce does
 TAG = "sglang-dsv4-fix:"
 SCHEMA = 1
 LOGGER_TARGET = "sglang.srt.utils.common.configure_logger"
@@ -58,6 +59,7 @@ class Status:
     tree_arg: str = ""
     state: str = "not-applicable"  # the verdict's state (verdict.py)
     headline: str = ""
+    healed: str | None = None  # heal mode: what this process healed (its ERROR line)
 
 
 @dataclass
@@ -88,13 +90,17 @@ def register() -> None:
         return
     try:
         status = inspect_tree(_sglang_package())
+        if mode == "heal":
+            from sglang_dsv4_fix import heal
+
+            status = heal.at_start(status, inspect_tree)
     except Exception as e:  # the plugin must never take serving down in warn mode
-        if mode == "enforce":  # enforce serves only what it has seen to be safe
+        if mode in ENFORCING:  # enforce serves only what it has seen to be safe
             _exit(f"{TAG} refusing to start: cannot inspect the SGLang tree ({e})", 3)
         logger.warning("%s could not inspect the SGLang tree (%s); serving continues", TAG, e)
         return
     _process = _Process(mode, status, time.time())
-    if mode == "enforce" and status.problem:
+    if mode in ENFORCING and status.problem:
         _refuse(_process)
     _guard("report", lambda: write_report(start_record(_process)))
     _guard("hooks", _install_hooks)
@@ -104,7 +110,9 @@ def _mode() -> str:
     raw = os.environ.get(MODE_ENV, "warn").strip().lower() or "warn"
     if raw in MODES:
         return raw
-    logger.warning("%s unknown %s=%r (use warn, enforce or off); using warn", TAG, MODE_ENV, raw)
+    logger.warning(
+        "%s unknown %s=%r (use warn, enforce, heal, off); using warn", TAG, MODE_ENV, raw
+    )
     return "warn"
 
 
@@ -225,7 +233,8 @@ def start_record(p: _Process) -> dict[str, Any]:
         "host": os.uname().nodename,
         "pid": os.getpid(),
         "mode": p.mode,
-        "action": "warned" if s.problem else "ok",
+        "action": "healed" if s.healed else "warned" if s.problem else "ok",
+        "healed": s.healed is not None,
         "tree": s.package_dir,
         "release": s.release,
         "layout": s.layout,
@@ -319,6 +328,9 @@ def _log_start() -> None:
     if p is None or p.logged:
         return
     p.logged = True
+    if p.status.healed:
+        logger.error("%s %s pid=%d", TAG, p.status.healed, os.getpid())
+        logger.info("%s after healing: %s", TAG, p.status.headline)
     level = logging.WARNING if p.status.problem else logging.INFO
     logger.log(level, "%s", start_line(p))
 
@@ -392,7 +404,7 @@ def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -
     module = original(*args, **kwargs)
     report: dict[str, Any] = {}
     _guard("JIT-load report", lambda: report.update(_jit_report(p, t0, before)))
-    if p.mode == "enforce" and report.get("problem"):
+    if p.mode in ENFORCING and report.get("problem"):
         raise RuntimeError(f"{TAG} refusing the planner build: {report['problem']}")
     return module
 
