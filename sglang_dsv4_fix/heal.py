@@ -20,12 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglang_dsv4_fix import jitcache, transaction, verdict
+from sglang_dsv4_fix import transaction, verdict
 from sglang_dsv4_fix.errors import FatalError
 from sglang_dsv4_fix.fsops import file_lock
 from sglang_dsv4_fix.tree import Tree, find_tree
 
 if TYPE_CHECKING:  # the plugin renders the status; heal only changes the tree beneath it
+    from sglang_dsv4_fix.cacheclean import Removal
     from sglang_dsv4_fix.plugin import Status
 
 HEALABLE = ("racy", "stale-build")  # the verdict's states heal fixes; the rest is enforce's
@@ -34,15 +35,17 @@ HEALABLE = ("racy", "stale-build")  # the verdict's states heal fixes; the rest 
 @dataclass(frozen=True)
 class Healed:
     """What one heal did to a tree: ``wrote`` the plan's message if this process wrote the
-    kernel, ``dropped`` the planner builds it removed (None: the cache was not touched)."""
+    kernel, ``removed`` the planner builds it took out of the JIT cache, ``cache_warning`` why it
+    could not clear the cache."""
 
     before: verdict.Verdict
     wrote: str | None = None
-    dropped: jitcache.Dropped | None = None
+    removed: tuple[Removal, ...] = ()
+    cache_warning: str | None = None
 
     @property
     def changed(self) -> bool:
-        return self.wrote is not None or bool(self.dropped and self.dropped.removed)
+        return self.wrote is not None or any(r.outcome == "removed" for r in self.removed)
 
 
 def at_start(status: Status, inspect_tree: Callable[[Path], Status]) -> Status:
@@ -65,8 +68,8 @@ def at_start(status: Status, inspect_tree: Callable[[Path], Status]) -> Status:
     after = inspect_tree(Path(status.package_dir))
     if done.changed:
         after.healed = healed_line(tree, done)
-    if after.problem and done.dropped and done.dropped.warning:
-        return _not_healed(after, done.dropped.warning)
+    if after.problem and done.cache_warning:
+        return _not_healed(after, done.cache_warning)
     return after
 
 
@@ -76,14 +79,16 @@ def heal_tree(tree: Tree, opts: verdict.Options) -> Healed:
     assert tree.kernel_path is not None
     before = verdict.assess(tree, opts)
     if before.state == "racy":
-        done = transaction.apply_fix(tree, "no-init", written_by="plugin", cache_dir=opts.cache_dir)
-        return Healed(before, done.plan.message if done.written else None, done.cache)
+        done = transaction.apply_fix(tree, "no-init", opts, written_by="plugin")
+        wrote = done.plan.message if done.written else None
+        return Healed(before, wrote, done.removed, done.cache_warning)
     with file_lock(tree.kernel_path.parent):  # a healer may be dropping the build right now
         transaction.recover(tree.kernel_path)
         now = verdict.assess(tree, opts)
         if now.state != "stale-build":
             return Healed(before)
-        return Healed(before, dropped=jitcache.drop_stale(tree, opts.cache_dir))
+        removed, warning = transaction.drop_stale_builds(tree, opts.cache_dir)
+        return Healed(before, removed=removed, cache_warning=warning)
 
 
 def unwritable(kernel: Path) -> str | None:
@@ -104,9 +109,8 @@ def healed_line(tree: Tree, done: Healed) -> str:
             f"wrote the no-init fix through apply's transaction: {done.wrote}; "
             "provenance written_by=plugin, original kept for `sglang-dsv4-fix revert`"
         )
-    if done.dropped is not None:
-        names = ", ".join(r.path.name for r in done.dropped.removed if r.outcome == "removed")
-        parts.append(f"stale planner builds removed from the JIT cache: {names or 'none'}")
+    names = ", ".join(r.path.name for r in done.removed if r.outcome == "removed")
+    parts.append(f"stale planner builds removed from the JIT cache: {names or 'none'}")
     return "HEALED: " + "; ".join(parts)
 
 

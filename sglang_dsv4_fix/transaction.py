@@ -496,17 +496,19 @@ def apply_fix(
         commit_plan(kernel, plan)
         if not clear_cache:
             return Applied(plan, written=True)
-        return _cleared(Applied(plan, written=True), tree, opts.cache_dir)
+        removed, warning = drop_stale_builds(tree, opts.cache_dir)
+    return Applied(plan, True, removed, warning)
 
 
-def _cleared(done: Applied, tree: Tree, cache_dir: str | None) -> Applied:
-    """Drop this tree's stale planner builds; a cache that cannot be cleared never fails the write."""
+def drop_stale_builds(tree: Tree, cache_dir: str | None) -> tuple[tuple[Removal, ...], str | None]:
+    """This tree's stale planner builds removed, and why the cache could not be cleared (None:
+    it could). A cache that cannot be cleared never fails the kernel's write."""
     from sglang_dsv4_fix import cacheclean
 
     try:
-        return replace(done, removed=tuple(cacheclean.clear_stale(tree, cache_dir)))
+        return tuple(cacheclean.clear_stale(tree, cache_dir)), None
     except (FatalError, OSError) as e:
-        return replace(done, cache_warning=f"JIT cache not cleared: {e}")
+        return (), f"JIT cache not cleared: {e}"
 
 
 def refuse_foreign_changes(
