@@ -3,8 +3,9 @@
 SGLang serves ``/metrics`` from prometheus_client's multiprocess registry over
 ``PROMETHEUS_MULTIPROC_DIR`` (``sglang/srt/utils/common.py``: ``add_prometheus_middleware``), so a
 gauge any process writes there shows on it. Each process writes one series,
-``sglang_dsv4_fix_planner_kernel{variant, verdict, sha256, release, process, rank, pid} 1``
-(``pid`` is added by prometheus_client's ``liveall`` mode). Imported by the plugin only when
+``sglang_dsv4_fix_planner_kernel{variant, verdict, sha256, release, process, rank, action, pid} 1``
+(``action``: ``ok``, ``warned`` or ``healed``, as in the report record; ``pid`` is added by
+prometheus_client's ``liveall`` mode). Imported by the plugin only when
 ``PROMETHEUS_MULTIPROC_DIR`` is set; the folder is never created here.
 """
 
@@ -14,7 +15,7 @@ import os
 from typing import Any
 
 NAME = "sglang_dsv4_fix_planner_kernel"
-LABELS = ("variant", "verdict", "sha256", "release", "process", "rank")
+LABELS = ("variant", "verdict", "sha256", "release", "process", "rank", "action")
 _gauge: Any = None
 
 

@@ -9,7 +9,7 @@ logged at ERROR (seen under the offline Engine's default ``log_level="error"``),
 INFO. The JIT-load report comes from a hook AROUND the release's ``_jit_compress_plan_module``
 (sgl-project/sglang#32467 lives in the kernel it compiles).
 
-Environment: ``SGLANG_DSV4_FIX_MODE`` = ``warn`` (default) | ``enforce`` | ``off``;
+Environment: ``SGLANG_DSV4_FIX_MODE`` = ``warn`` (default) | ``enforce`` | ``heal`` | ``off``;
 ``SGLANG_DSV4_FIX_REPORT`` = a JSON-lines file that gets one record per event (docs/plugin.md);
 ``PROMETHEUS_MULTIPROC_DIR`` (SGLang's ``--enable-metrics``): one gauge per process (metrics.py).
 In warn mode nothing here can stop SGLang: every failure is caught and logged.
@@ -28,7 +28,7 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,7 +37,8 @@ logger = logging.getLogger(__name__)
 ENTRY_POINT = "sglang_dsv4_fix"
 MODE_ENV = "SGLANG_DSV4_FIX_MODE"
 REPORT_ENV = "SGLANG_DSV4_FIX_REPORT"
-MODES = ("warn", "enforce", "off")
+MODES = ("warn", "enforce", "heal", "off")
+ENFORCING = ("enforce", "heal")  # heal refuses what it cannot heal, as enforce does
 TAG = "sglang-dsv4-fix:"
 SCHEMA = 1
 LOGGER_MODULE, LOGGER_FUNCTION = "sglang.srt.utils.common", "configure_logger"
@@ -68,6 +69,7 @@ class Status:
     tree_arg: str = ""
     state: str = "not-applicable"  # the verdict's state (verdict.py)
     headline: str = ""
+    healed: str | None = None  # heal mode: what this process healed (its ERROR line)
 
 
 @dataclass
@@ -102,13 +104,17 @@ def register() -> None:
         return
     try:
         status = inspect_tree(_sglang_package())
+        if mode == "heal":
+            from sglang_dsv4_fix import heal
+
+            status = heal.at_start(status, inspect_tree)
     except Exception as e:  # the plugin must never take serving down in warn mode
-        if mode == "enforce":  # enforce serves only what it has seen to be safe
+        if mode in ENFORCING:  # enforce serves only what it has seen to be safe
             _exit(f"{TAG} refusing to start: cannot inspect the SGLang tree ({e})", 3)
         logger.error("%s could not inspect the SGLang tree (%s); serving continues", TAG, e)
         return
     _process = _Process(mode, status, time.time())
-    if mode == "enforce" and status.problem:
+    if mode in ENFORCING and status.problem:
         _refuse(_process)
     _guard("hooks", _install_hooks)
 
@@ -117,7 +123,9 @@ def _mode() -> str:
     raw = os.environ.get(MODE_ENV, "warn").strip().lower() or "warn"
     if raw in MODES:
         return raw
-    logger.warning("%s unknown %s=%r (use warn, enforce or off); using warn", TAG, MODE_ENV, raw)
+    logger.warning(
+        "%s unknown %s=%r (use warn, enforce, heal, off); using warn", TAG, MODE_ENV, raw
+    )
     return "warn"
 
 
@@ -229,6 +237,11 @@ def _exit(line: str, code: int) -> None:
     raise SystemExit(code)
 
 
+def _action(s: Status) -> str:
+    """What this process did about its tree, in the report record and on /metrics."""
+    return "healed" if s.healed else "warned" if s.problem else "ok"
+
+
 def start_record(p: _Process) -> dict[str, Any]:
     s = p.status
     return {
@@ -241,7 +254,8 @@ def start_record(p: _Process) -> dict[str, Any]:
         "rank": p.rank,
         "gpu": p.gpu,
         "mode": p.mode,
-        "action": "warned" if s.problem else "ok",
+        "action": _action(s),
+        "healed": s.healed is not None,
         "tree": s.package_dir,
         "release": s.release,
         "layout": s.layout,
@@ -349,7 +363,8 @@ def _current() -> _Process | None:
     global _process
     p = _process
     if p is not None and p.pid != os.getpid():
-        p = _process = _Process(p.mode, p.status, time.time(), gpu=p.gpu, rank=p.rank)
+        status = replace(p.status, healed=None)  # the parent healed, not this child
+        p = _process = _Process(p.mode, status, time.time(), gpu=p.gpu, rank=p.rank)
     return p
 
 
@@ -382,6 +397,9 @@ def _log_start() -> None:
     if p is None or p.logged:
         return
     p.logged = True
+    if p.status.healed:
+        logger.error("%s %s pid=%d", TAG, p.status.healed, os.getpid())
+        logger.info("%s after healing: %s", TAG, p.status.headline)
     level = logging.ERROR if p.status.problem else logging.INFO
     logger.log(level, "%s", start_line(p))
     _guard("report", lambda: write_report(start_record(p)))
@@ -394,7 +412,8 @@ def _export_metrics(p: _Process) -> None:
 
         s = p.status
         metrics.export(variant=s.variant, verdict=s.state, sha256=(s.sha256 or "")[:12],
-                       release=s.release or "", process=p.role, rank=p.rank or "")  # fmt: skip
+                       release=s.release or "", process=p.role, rank=p.rank or "",
+                       action=_action(s))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- JIT load
@@ -470,7 +489,7 @@ def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -
     module = original(*args, **kwargs)
     report: dict[str, Any] = {}
     _guard("JIT-load report", lambda: report.update(_jit_report(p, t0, before)))
-    if p.mode == "enforce" and report.get("problem"):
+    if p.mode in ENFORCING and report.get("problem"):
         raise RuntimeError(f"{TAG} refusing the planner build: {report['problem']}")
     return module
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ TAG = "sglang-dsv4-fix"
 STATES = ("pending", "applied")
 VARIANTS = ("no-init", "barrier")  # kernel.FIXED, without importing the classifier here
 METHODS = ("manifest-patch", "structural")
+WRITERS = ("cli", "plugin")
 _SHA = re.compile(r"[0-9a-f]{64}")
 _SHORT = re.compile(r"[\x20-\x7e]{1,64}")  # versions, times: printable ASCII, one line
 
@@ -51,6 +52,7 @@ class Provenance:
     previous_variant: str | None = None
     previous_sha256: str | None = None
     previous_method: str | None = None
+    written_by: str = "cli"  # or "plugin" (SGLANG_DSV4_FIX_MODE=heal); absent in older records
 
 
 def record_path(kernel: Path) -> Path:
@@ -98,10 +100,10 @@ def _fields(path: Path, raw: dict[str, Any]) -> Provenance:
     if nested:
         raise DamagedRecord(path, f"nested value in {_show(nested[0])}")
     names = Provenance.__dataclass_fields__
-    missing = [n for n, f in names.items() if n not in raw and f.default is not None]
+    missing = [n for n, f in names.items() if n not in raw and f.default is MISSING]
     if missing:
         raise DamagedRecord(path, f"missing {', '.join(missing)}")
-    values: dict[str, Any] = {n: raw.get(n) for n in names}  # types checked next, in _check
+    values: dict[str, Any] = {n: raw.get(n, f.default) for n, f in names.items()}  # checked next
     return Provenance(**values)
 
 
@@ -117,6 +119,7 @@ def _check(path: Path, r: Provenance, kernel: Path) -> None:
         None if r.base_release is None else _short("base_release", r.base_release),
         _equal("kernel", r.kernel, kernel.name),
         _equal("backup", r.backup, backup_path(kernel).name),
+        _one_of("written_by", r.written_by, WRITERS),
         *_previous(r),
     ]
     found = next((p for p in problems if p), None) or _manifest_claim(r)

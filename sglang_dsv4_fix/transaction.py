@@ -20,12 +20,14 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix import __version__, manifest, patching, provenance
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import (
     KERNEL_LIMIT,
     Folder,
+    file_lock,
     held,
     is_our_temp,
     read_regular,
@@ -34,8 +36,12 @@ from sglang_dsv4_fix.fsops import (
 from sglang_dsv4_fix.kernel import FIXED
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite
-from sglang_dsv4_fix.state import KernelState
+from sglang_dsv4_fix.state import KernelState, inspect
 from sglang_dsv4_fix.tree import Tree
+
+if TYPE_CHECKING:
+    from sglang_dsv4_fix.cacheclean import Removal
+    from sglang_dsv4_fix.verdict import Options
 
 
 @dataclass(frozen=True)
@@ -447,3 +453,77 @@ def revert(kernel: Path) -> str:
     with _writing(folder.path):
         provenance.discard(kernel)
     return f"restored the original kernel (sha256 {record.base_sha256[:16]}…)"
+
+
+# --------------------------------------------------------------------------- apply, whole
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What :func:`apply_fix` did: the plan it carried out (or found nothing to do for), the
+    stale planner builds it removed from the JIT cache, and why it could not clear the cache."""
+
+    plan: Plan
+    written: bool
+    removed: tuple[Removal, ...] = ()
+    cache_warning: str | None = None
+
+
+def apply_fix(
+    tree: Tree,
+    variant: Target,
+    opts: Options,
+    *,
+    force: bool = False,
+    written_by: str = "cli",
+    clear_cache: bool = True,
+) -> Applied:
+    """Apply's transaction, used by ``apply`` and the plugin's heal mode: under the lock on the
+    kernel's folder, finish a killed run, plan again, refuse a foreign edit, write (backup,
+    journal, replace, record) and drop the now-stale planner build. All before the lock is
+    released, so a process waiting on it finds the kernel and the cache final."""
+    kernel = kernel_of(tree)
+    check_writable(kernel, tree)
+    with file_lock(kernel.parent):
+        recover(kernel)
+        current = inspect(tree)
+        plan = plan_apply(current, variant)
+        if plan.action != "write":
+            return Applied(plan, written=False)
+        refuse_foreign_changes(tree, current, opts, force)
+        assert plan.record is not None
+        plan = replace(plan, record=replace(plan.record, written_by=written_by))
+        commit_plan(kernel, plan)
+        if not clear_cache:
+            return Applied(plan, written=True)
+        removed, warning = drop_stale_builds(tree, opts.cache_dir)
+    return Applied(plan, True, removed, warning)
+
+
+def drop_stale_builds(tree: Tree, cache_dir: str | None) -> tuple[tuple[Removal, ...], str | None]:
+    """This tree's stale planner builds removed, and why the cache could not be cleared (None:
+    it could). A cache that cannot be cleared never fails the kernel's write."""
+    from sglang_dsv4_fix import cacheclean
+
+    try:
+        return tuple(cacheclean.clear_stale(tree, cache_dir)), None
+    except (FatalError, OSError) as e:
+        return (), f"JIT cache not cleared: {e}"
+
+
+def refuse_foreign_changes(
+    tree: Tree, current: KernelState, opts: Options, force: bool = False
+) -> None:
+    """A git checkout's kernel with uncommitted changes we did not make: refuse (6) unless forced.
+    Call under the lock: outside it, another apply's write looks like a foreign change."""
+    if tree.kind != "git" or force:
+        return
+    from sglang_dsv4_fix import gitops
+
+    assert tree.git_root is not None and tree.kernel_relpath is not None
+    if gitops.uncommitted(tree.git_root, tree.kernel_relpath) and not current.ours:
+        raise FatalError(
+            f"{tree.kernel_relpath} has uncommitted changes not made by sglang-dsv4-fix; "
+            f"commit or stash them, or run: {opts.command('apply', '--force')}",
+            Exit.REFUSED,
+        )

@@ -15,7 +15,7 @@ from sglang_dsv4_fix.commands._common import (
     tree_dict,
     tree_of,
 )
-from sglang_dsv4_fix.commands.clear_cache import add_cache_options, after_kernel_change
+from sglang_dsv4_fix.commands.clear_cache import add_cache_options, report_removals
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import file_lock
 from sglang_dsv4_fix.state import KernelState
@@ -66,19 +66,12 @@ def run(args: argparse.Namespace) -> int:
         _refusals(args, tree, current, plan)
     if args.check or (plan.action == "none" and not torn):
         return _report(args, tree, plan, before, written=False)
-    with file_lock(kernel.parent):
-        transaction.recover(kernel)
-        current = state.inspect(tree)
-        plan = transaction.plan_apply(current, args.variant)  # again, under the lock
-        if plan.action == "write":
-            # Under the lock: outside it, another apply's write looks like a foreign change.
-            _refuse_foreign_changes(args, tree, current)
-            transaction.commit_plan(kernel, plan)
-    removed = _after_write(tree, plan, args) if plan.action == "write" else []
-    sha = _commit(tree, plan) if plan.action == "write" and args.commit else None
-    return _report(
-        args, tree, plan, before, written=plan.action == "write", removed=removed, sha=sha
+    done = transaction.apply_fix(
+        tree, args.variant, options(args), force=args.force, clear_cache=not args.no_clear_cache
     )
+    report_removals(list(done.removed), done.cache_warning)
+    sha = _commit(tree, done.plan) if done.written and args.commit else None
+    return _report(args, tree, done.plan, before, done.written, list(done.removed), sha)
 
 
 def _refusals(args: argparse.Namespace, tree: Tree, current: KernelState, plan: Any) -> None:
@@ -88,28 +81,10 @@ def _refusals(args: argparse.Namespace, tree: Tree, current: KernelState, plan: 
     if plan.action != "write":
         return
     if args.check:  # a real apply checks this under the lock, where another apply's write is seen
-        _refuse_foreign_changes(args, tree, current)
+        transaction.refuse_foreign_changes(tree, current, options(args), args.force)
     if args.commit:
         assert tree.git_root is not None
         gitops.check_identity(tree.git_root)
-
-
-def _refuse_foreign_changes(args: argparse.Namespace, tree: Tree, current: KernelState) -> None:
-    if tree.kind != "git" or args.force:
-        return
-    assert tree.git_root is not None and tree.kernel_relpath is not None
-    if gitops.uncommitted(tree.git_root, tree.kernel_relpath) and not current.ours:
-        raise FatalError(
-            f"{tree.kernel_relpath} has uncommitted changes not made by sglang-dsv4-fix; "
-            f"commit or stash them, or run: {options(args).command('apply', '--force')}",
-            Exit.REFUSED,
-        )
-
-
-def _after_write(tree: Tree, plan: transaction.Plan, args: argparse.Namespace) -> list[Any]:
-    """Drop the now-stale JIT build of this kernel (the racy one, after a fix)."""
-    assert plan.record is not None
-    return after_kernel_change(tree, plan.record.base_sha256, plan.record.result_sha256, args)
 
 
 def _commit(tree: Tree, plan: transaction.Plan) -> str:

@@ -75,14 +75,21 @@ def after_kernel_change(
     try:
         done = cacheclean.clear_stale(tree, getattr(args, "cache_dir", None))
     except (FatalError, OSError) as e:
-        print(f"sglang-dsv4-fix: warning: JIT cache not cleared: {e}", file=sys.stderr)
+        report_removals([], f"JIT cache not cleared: {e}")
         return []
+    report_removals(done, None)
+    return done
+
+
+def report_removals(done: list[Removal], warning: str | None) -> None:
+    """What clearing the cache after a write did, on stderr."""
+    if warning:
+        print(f"sglang-dsv4-fix: warning: {warning}", file=sys.stderr)
     for r in done:
         print(
             f"jit cache: {r.outcome}: {r.path}" + (f" ({r.detail})" if r.detail else ""),
             file=sys.stderr,
         )
-    return done
 
 
 def _builds(tree: Any, root: Path) -> list[jitcache.Build]:
