@@ -123,7 +123,11 @@ def mask_comments(text: str) -> str:
 def _blank(m: re.Match[str]) -> str:
     piece = m.group(0)
     if piece[0] in "\"'":  # keep the quotes so the literal stays a token
-        return piece[0] + _spaces(piece[1:-1]) + piece[-1] if len(piece) > 1 else piece
+        if len(piece) < 3:
+            return piece
+        if "\n" not in piece:  # the common case, once per literal: no second call
+            return piece[0] + " " * (len(piece) - 2) + piece[-1]
+        return piece[0] + _spaces(piece[1:-1]) + piece[-1]
     return _spaces(piece)
 
 

@@ -4,6 +4,7 @@ import pytest
 from kernels import kernel_text
 from trees import AFFECTED, FIXED
 
+from sglang_dsv4_fix import kernel
 from sglang_dsv4_fix.kernel import classify
 from sglang_dsv4_fix.rewrite import rewrite
 
@@ -582,3 +583,20 @@ def test_a_file_starting_with_a_blank_line_is_rewritten_in_place() -> None:
     assert rewrite("\n" + base(), "barrier") == "\n" + base().replace(
         INIT, INIT + "  __syncthreads();\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ('a "xyz" b', 'a "   " b'),
+        ("c = 'q';", "c = ' ';"),
+        ('"" ""', '"" ""'),
+        ('"ab', '" b'),  # unterminated: the line's last character stays
+        ('s = "x\\\ny" t', 's = "  \n " t'),  # a backslash-newline inside a literal
+        ("x // tail\ny", "x        \ny"),
+        ("p /* a\nb */ q", "p     \n     q"),
+    ],
+)
+def test_masking_keeps_length_newlines_and_quotes(text: str, masked: str) -> None:
+    assert kernel.mask_comments(text) == masked
+    assert len(masked) == len(text)
