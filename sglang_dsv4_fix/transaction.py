@@ -203,6 +203,18 @@ def _record(
 # ---------------------------------------------------------------- the backup
 
 
+def revertible(kernel: Path, record: Provenance, current_sha256: str) -> bytes:
+    """The original to restore, if the kernel (``current_sha256``) is exactly what we wrote and
+    the backup holds the original the record names; else refuse (6). ``revert`` and its dry run."""
+    if current_sha256 != record.result_sha256:
+        raise FatalError(
+            f"{kernel}: sha256 {current_sha256[:16]}… is not what sglang-dsv4-fix wrote "
+            f"({record.result_sha256[:16]}…); refusing to revert someone else's change",
+            Exit.REFUSED,
+        )
+    return original_bytes(kernel, record)
+
+
 def original_bytes(kernel: Path, record: Provenance) -> bytes:
     """The backup's bytes, only if they are the original the (validated) record names."""
     why = backup_verdict(kernel, record)
@@ -440,14 +452,7 @@ def revert(kernel: Path) -> str:
     if record is None:
         return "nothing to revert: the kernel was not patched by sglang-dsv4-fix"
     data, st = _kernel_bytes(folder, kernel)
-    current = sha256_bytes(data)
-    if current != record.result_sha256:
-        raise FatalError(
-            f"{kernel}: sha256 {current[:16]}… is not what sglang-dsv4-fix wrote "
-            f"({record.result_sha256[:16]}…); refusing to revert someone else's change",
-            Exit.REFUSED,
-        )
-    original = original_bytes(kernel, record)
+    original = revertible(kernel, record, sha256_bytes(data))
     with _writing(folder.path, []):
         folder.write(kernel.name, original, stat.S_IMODE(st.st_mode), _owner(st))
     with _writing(folder.path):

@@ -7,10 +7,11 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix.commands import Formatter, add_loudness
-from sglang_dsv4_fix.errors import error_handler, most_severe
+from sglang_dsv4_fix.errors import Exit, FatalError, error_handler, most_severe
 from sglang_dsv4_fix.tree import Tree, find_tree
 from sglang_dsv4_fix.verdict import Options, Verdict
 
@@ -57,6 +58,18 @@ def add_dry_run(parser: argparse.ArgumentParser) -> None:
 
 def tree_of(args: argparse.Namespace) -> Tree:
     return find_tree(args.tree)
+
+
+def writable_tree(args: argparse.Namespace) -> tuple[Tree, Path]:
+    """The tree ``apply``/``revert`` will write, and its kernel; ``--commit`` outside a git
+    checkout is refused (6) here, before anything is read or written."""
+    from sglang_dsv4_fix.transaction import kernel_of
+
+    tree = tree_of(args)
+    kernel = kernel_of(tree)
+    if args.commit and tree.kind != "git":
+        raise FatalError(f"--commit needs a git checkout; {tree.root} is not one", Exit.REFUSED)
+    return tree, kernel
 
 
 def tree_dict(tree: Tree) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from sglang_dsv4_fix.commands._common import (
     emit,
     options,
     tree_dict,
-    tree_of,
+    writable_tree,
 )
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options, report_removals
 from sglang_dsv4_fix.errors import Exit, FatalError
@@ -54,10 +54,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    tree = tree_of(args)
-    kernel = transaction.kernel_of(tree)
-    if args.commit and tree.kind != "git":
-        raise FatalError(f"--commit needs a git checkout; {tree.root} is not one", Exit.REFUSED)
+    tree, kernel = writable_tree(args)
     current = state.inspect(tree)
     before = verdict.assess(tree, options(args), current)
     plan = transaction.plan_apply(current, args.variant)

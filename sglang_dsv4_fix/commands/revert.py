@@ -13,7 +13,7 @@ from sglang_dsv4_fix.commands._common import (
     command,
     emit,
     tree_dict,
-    tree_of,
+    writable_tree,
 )
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options, after_kernel_change
 from sglang_dsv4_fix.errors import Exit, FatalError
@@ -36,10 +36,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    tree = tree_of(args)
-    kernel = transaction.kernel_of(tree)
-    if args.commit and tree.kind != "git":
-        raise FatalError(f"--commit needs a git checkout; {tree.root} is not one", Exit.REFUSED)
+    tree, kernel = writable_tree(args)
     record = provenance.read(kernel)
     if record is not None:
         _refusals(args, tree, kernel)
@@ -69,16 +66,7 @@ def _would(kernel: Any, record: provenance.Provenance | None) -> str:
     """What revert would say, checking the same two things it checks before restoring."""
     if record is None:
         return "nothing to revert: the kernel was not patched by sglang-dsv4-fix"
-    current = sha256_file(kernel)
-    if current != record.result_sha256:
-        raise FatalError(
-            f"{kernel}: sha256 {current[:16]}… is not what sglang-dsv4-fix wrote "
-            f"({record.result_sha256[:16]}…); refusing to revert someone else's change",
-            Exit.REFUSED,
-        )
-    why = transaction.backup_verdict(kernel, record)
-    if why is not None:
-        raise FatalError(f"{provenance.backup_path(kernel)}: {why}; refusing", Exit.REFUSED)
+    transaction.revertible(kernel, record, sha256_file(kernel))
     return f"would restore the original kernel (sha256 {record.base_sha256[:16]}…)"
 
 
