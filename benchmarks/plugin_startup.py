@@ -1,15 +1,19 @@
 """What the plugin adds to an SGLang process's start, under SGLang's real ``load_plugins()``.
 
-Usage: python benchmarks/plugin_startup.py [--rounds 8]
+Usage: python benchmarks/plugin_startup.py [--rounds 12]
 Runs from a temporary folder (never the checkout: its *.egg-info would expose the entry point to
 the "none" arm too), in the tests' cached interpreter (tests/plugin_env.py) with the real SGLang
 0.5.16 and what ``sglang.srt.server_args`` needs. Each probe is a fresh interpreter that imports
 torch and ``sglang.srt.server_args`` untimed (every server process has them loaded), then times
 ``load_plugins()`` + SGLang's own ``configure_logger``. Three trees: racy (as released), fixed with
 an empty JIT cache, fixed with its no-init build in the cache (``prewarm --arch 9.0a``, needs
-nvcc). Each round runs both arms of every tree, alternating the order; the "none" arm asserts that
-the plugin's entry point is absent and its module was never imported. Prints medians side by side;
-exit 1 if any tree adds more than 3 ms.
+nvcc). Three arms per tree, in rotating order each round:
+- ``none``: no plugin installed (asserted: no entry point in the group, our module never imported);
+- ``empty``: a plugin whose ``register()`` does nothing, installed the same way: what SGLang's
+  framework costs for any plugin (it lists the entry point, reads the distribution's metadata,
+  imports the module); asserted: ours absent, it present;
+- ``plugin``: this package (asserted: entry point present, module imported).
+Prints medians side by side; exit 1 if any tree adds more than 3 ms over ``none``.
 """
 
 from __future__ import annotations
@@ -21,16 +25,18 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from plugin_env import copy_site, install_self, release_site, run_python, server_site
-
 RELEASE = "0.5.16"
 TARGET_MS = 3.0
+ARMS = ("none", "empty", "plugin")
+EMPTY = "sglang_plugin_that_does_nothing"
+SERVER = "torch, sglang.srt.server_args"  # what every server process has loaded before
 PROBE = """
 import sys, time, types
-import torch, sglang.srt.server_args
+import PRELOAD
 import sglang.srt.plugins as plugins
 import sglang.srt.utils as utils
 from importlib.metadata import entry_points
@@ -44,23 +50,63 @@ print("MS", (t1 - t0) * 1e3, int(loaded), ",".join(names) or "-")
 """
 
 
-def measure(arm: str, cache: Path, *path: Path) -> float:
-    done = run_python(PROBE, *path, env={"TVM_FFI_CACHE_DIR": str(cache)})
+def measure(
+    arm: str, cache: Path, *path: Path, python: str | None = None, preload: str = SERVER
+) -> float:
+    """One probe in a fresh interpreter: the tests' cached one, or ``python`` (gpu/plugin_cost.py
+    runs the GPU host's own, and says what it could ``preload``)."""
+    env = {"TVM_FFI_CACHE_DIR": str(cache)}
+    code = PROBE.replace("PRELOAD", preload)
+    if python is None:
+        from plugin_env import run_python
+
+        done = run_python(code, *path, env=env)
+    else:
+        done = _run(python, code, *path, env=env)
     line = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
     if done.returncode != 0 or line is None:
         raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
-    ms, loaded, names = line.split()[1:]
-    if arm == "none":  # the baseline must really run without the plugin
-        assert loaded == "0" and "sglang_dsv4_fix" not in names.split(","), line
-    else:
-        assert loaded == "1" and "sglang_dsv4_fix" in names.split(","), line
+    ms, loaded, listed = line.split()[1:]
+    names = listed.split(",")
+    if arm == "plugin":
+        assert loaded == "1" and "sglang_dsv4_fix" in names, line
+    else:  # the baselines must really run without this plugin
+        assert loaded == "0" and "sglang_dsv4_fix" not in names, line
+        assert (EMPTY in names) == (arm == "empty"), line
     return float(ms)
 
 
-def trees(tmp: Path) -> dict[str, tuple[Path, Path]]:
-    """name -> (site, JIT cache folder)."""
-    racy = release_site(RELEASE)
-    fixed = copy_site(racy, tmp / "fixed")
+def _run(
+    python: str, code: str, *path: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
+    full.update(env, PYTHONPATH=os.pathsep.join(str(p) for p in path))
+    return subprocess.run((python, "-c", code), capture_output=True, text=True, env=full,
+                          cwd=path[0] if path else None, timeout=300)  # fmt: skip
+
+
+def empty_plugin(dest: Path) -> Path:
+    """A distribution whose entry point is a ``register()`` that does nothing (a short METADATA,
+    as ours has: SGLang parses each plugin distribution's metadata)."""
+    (dest / EMPTY).mkdir(parents=True)
+    (dest / EMPTY / "__init__.py").write_text("def register():\n    pass\n")
+    info = dest / f"{EMPTY}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {EMPTY}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[sglang.srt.plugins]\n{EMPTY} = {EMPTY}:register\n")
+    return dest
+
+
+def trees(tmp: Path, racy: Path | None = None) -> dict[str, tuple[Path, Path]]:
+    """name -> (site, JIT cache folder); ``racy``: an unpacked release (else the tests' cache's)."""
+    import shutil
+
+    if racy is None:
+        from plugin_env import release_site
+
+        racy = release_site(RELEASE)
+    fixed = tmp / "fixed"
+    shutil.copytree(racy, fixed, symlinks=True, ignore=shutil.ignore_patterns(".complete"))
     cli = (sys.executable, "-m", "sglang_dsv4_fix")
     subprocess.run(
         (*cli, "apply", "--tree", str(fixed)), check=True, cwd=tmp, stdout=subprocess.DEVNULL
@@ -77,30 +123,46 @@ def trees(tmp: Path) -> dict[str, tuple[Path, Path]]:
     }
 
 
+def run(
+    rounds: int, cases: dict[str, tuple[Path, Path]], sites: dict[str, tuple[Path, ...]],
+    extra: tuple[Path, ...] = (), python: str | None = None, preload: str = SERVER,
+) -> dict[tuple[str, str], list[float]]:  # fmt: skip
+    """Every arm of every tree, ``rounds`` times, the arms' order rotating each round."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    for i in range(rounds):
+        order = ARMS[i % 3 :] + ARMS[: i % 3]
+        for tree, (site, cache) in cases.items():
+            for arm in order:
+                ms = measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload)
+                samples.setdefault((tree, arm), []).append(ms)
+    return samples
+
+
 def main() -> int:
+    from plugin_env import install_self, server_site
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=12)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.chdir(tmp)
-        server = server_site()
-        self_site = install_self(tmp / "self")
-        samples: dict[tuple[str, str], list[float]] = {}
+        sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
+                 "plugin": (install_self(tmp / "self"),)}  # fmt: skip
         cases = trees(tmp)
-        for i in range(args.rounds):
-            for tree, (site, cache) in cases.items():
-                arms = [("plugin", (self_site, site, server)), ("none", (site, server))]
-                for arm, path in arms if i % 2 == 0 else arms[::-1]:
-                    samples.setdefault((tree, arm), []).append(measure(arm, cache, *path))
-    print(f"SGLang {RELEASE}, load_plugins() + configure_logger(), median of {args.rounds} (ms)")
-    print(f"{'tree':32} {'none':>8} {'plugin':>8} {'added':>8}")
+        samples = run(args.rounds, cases, sites, (server_site(),))
+    return table(samples, cases, args.rounds)
+
+
+def table(samples: dict[tuple[str, str], list[float]], cases: dict[str, Any], rounds: int) -> int:
+    print(f"SGLang {RELEASE}, load_plugins() + configure_logger(), median of {rounds} (ms)")
+    print(f"{'tree':30} {'none':>7} {'empty':>7} {'plugin':>7} {'added':>7} {'over empty':>10}")
     worst = 0.0
     for tree in cases:
-        none = statistics.median(samples[(tree, "none")])
-        plugin = statistics.median(samples[(tree, "plugin")])
+        none, empty, plugin = (statistics.median(samples[(tree, a)]) for a in ARMS)
         worst = max(worst, plugin - none)
-        print(f"{tree:32} {none:8.2f} {plugin:8.2f} {plugin - none:8.2f}")
+        print(f"{tree:30} {none:7.2f} {empty:7.2f} {plugin:7.2f} {plugin - none:7.2f} "
+              f"{plugin - empty:10.2f}")  # fmt: skip
     print(f"target: <= {TARGET_MS} ms added: {'met' if worst <= TARGET_MS else 'NOT met'}")
     return 0 if worst <= TARGET_MS else 1
 

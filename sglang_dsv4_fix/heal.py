@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,7 +67,7 @@ def at_start(status: Status, inspect_tree: Callable[[Path], Status]) -> Status:
         return _not_healed(after, str(e)) if after.problem else after
     after = inspect_tree(Path(status.package_dir))
     if done.changed:
-        after.healed = healed_line(tree, done)
+        after = after._replace(healed=healed_line(tree, done))
     if after.problem and done.cache_warning:
         return _not_healed(after, done.cache_warning)
     return after
@@ -130,4 +130,4 @@ def _unhealable(status: Status) -> str:
 def _not_healed(status: Status, why: str) -> Status:
     """The verdict's problem and exit code stand (enforce's); the line adds why and the fix."""
     fix = f" (fix: {status.fix})" if status.fix and status.fix not in (status.problem or "") else ""
-    return replace(status, problem=f"{status.problem}; not healed: {why}{fix}")
+    return status._replace(problem=f"{status.problem}; not healed: {why}{fix}")

@@ -1,19 +1,12 @@
-"""Where each release's loader puts the compress-plan JIT build, what each cached build came from.
+"""What each cached compress-plan build came from, and which are stale or racy.
 
-Names builds and inventories them, read-only (removal is sglang_dsv4_fix/cacheclean.py). Pure
-and light (no torch, no SGLang, no tvm-ffi import): verify, status and the plugin call it. Every
-file here is someone else's: opened non-blocking, checked to be a regular file, read capped. The naming
-formulas are our own implementation of what the releases' loaders do (read off the wheels, see
-docs/jit-cache.md); tests compare them with names produced by running the releases' own code.
-
-Schemes (sgl-project/sglang#32467 is only fixed in-tree from 0.5.18):
-- ``tvmffi-default`` (0.5.12): tvm-ffi's ``<root>/<module>_<hash of generated source + flags>``;
-  the hash sees the kernel's absolute path, not its bytes, so a patched kernel keeps the same dir.
-- ``content-name`` (0.5.13): module name gets ``_<16 hex>`` of c_plan.cuh's bytes (absolute
-  path as identity, quoted includes only), then tvm-ffi's default dir as above.
-- ``content-dir`` (0.5.14-0.5.17): ``<root>/<module>_<src16>__arch_<arch>__tvmffi_<ver>``; src16
-  covers c_plan.cuh and every header it includes, named relative to the kernel root.
-- ``sglang-ninja`` (0.5.18+): SGLang's own cache, already fixed upstream; nothing to model here.
+Inventories builds, read-only (how the loader names them is jitnames.py; removal is
+cacheclean.py). Pure and light (no torch, no SGLang, no tvm-ffi import): verify, status and the
+plugin call it once the cache holds a planner entry that is not named by the kernel's current
+bytes. Every file here is someone else's: opened non-blocking, checked to be a regular file, read
+capped. The formulas are our own implementation of what the releases' loaders do (read off the
+wheels, see docs/jit-cache.md); tests compare them with names produced by running the releases'
+own code.
 """
 
 from __future__ import annotations
@@ -24,24 +17,31 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import sha256_bytes, sha256_file
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes, sha256_file
+from sglang_dsv4_fix.jitnames import (
+    CUDA_FILE,
+    MODULE,
+    Scheme,
+    cache_root,
+    loader_file,
+    module_name,
+    not_current,
+    parse_name,
+    planner_entries,
+    scheme_of,
+    source_hash,
+)
 from sglang_dsv4_fix.tree import Tree
 
-if TYPE_CHECKING:
-    pass
-
-Scheme = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
 Origin = Literal["original", "no-init", "barrier", "current", "cannot tell", "other"]
 
 # What every release's `_jit_compress_plan_module()` passes to `load_jit` (same body 0.5.12-0.5.23).
-MODULE = "sgl_kernel_jit_dpsk_v4_compress_plan"
-CUDA_FILE = "deepseek_v4/c_plan.cuh"
 WRAPPERS = (
     ("plan_prefill", "plan_compress_prefill"),
     ("plan_decode", "plan_compress_decode"),
@@ -52,26 +52,6 @@ CFLAGS = ("-std=c++20", "-O3")  # load_jit's DEFAULT_CFLAGS
 CUDA_FLAGS_TAIL = ("-std=c++20", "-O3", "--expt-relaxed-constexpr")  # after -DSGL_CUDA_ARCH=
 SIDECAR = ".sglang-dsv4-fix.json"  # our provenance note inside a build dir we compiled
 
-# Where load_jit lives, newest layout first (FACTS.md, "JIT build cache").
-LOADER_FILES = (
-    "kernels/jit/utils/compile/loader.py",  # 0.5.18+
-    "kernels/jit/utils/compile.py",  # 0.5.17
-    "jit_kernel/utils/compile.py",  # 0.5.16
-    "jit_kernel/utils.py",  # 0.5.12 - 0.5.15.post1
-)
-_HEX16 = "[0-9a-f]{16}"
-_NAMES: dict[Scheme, re.Pattern[str]] = {
-    "content-dir": re.compile(
-        rf"^{MODULE}_(?P<src>{_HEX16})__arch_(?P<arch>[^_/]+)__tvmffi_(?P<tvmffi>[^/]+)$"
-    ),
-    "content-name": re.compile(rf"^{MODULE}_(?P<src>{_HEX16})_(?P<ffi>{_HEX16})$"),
-    "tvmffi-default": re.compile(rf"^{MODULE}_(?P<ffi>{_HEX16})$"),
-}
-_QUOTED = {
-    "content-name": re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE),
-    "content-dir": re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE),
-}
-_ANGLE = re.compile(r"^\s*#\s*include\s*<(sgl_kernel/[^>]+)>", re.MULTILINE)
 _TVMFFI_HEADERS = (
     "#include <tvm/ffi/container/tensor.h>",
     "#include <tvm/ffi/dtype.h>",
@@ -102,93 +82,7 @@ def tvm_ffi_pin(release: str | None) -> str | None:
     return "0.1.9" if key < (0, 5, 15) else "0.1.11"
 
 
-def loader_file(tree: Tree) -> Path | None:
-    return next(
-        (tree.package_dir / f for f in LOADER_FILES if (tree.package_dir / f).is_file()), None
-    )
-
-
-def scheme_of(tree: Tree) -> Scheme:
-    """The cache scheme of the tree's own ``load_jit``, read from its source (not its version)."""
-    path = loader_file(tree)
-    if path is None:
-        raise FatalError(f"{tree.package_dir}: no SGLang JIT loader (load_jit) found", Exit.UNKNOWN)
-    if path.parent.name == "compile":
-        return "sglang-ninja"
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if "_jit_build_dir_name" in text:
-        return "content-dir"
-    if "_local_jit_source_hash" in text:
-        return "content-name"
-    return "tvmffi-default"
-
-
 # --------------------------------------------------------------------------- naming formulas
-
-
-def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """``--cache-dir``, else ``$TVM_FFI_CACHE_DIR``, else ``~/.cache/tvm-ffi`` (as both SGLang
-    0.5.14+ and tvm-ffi compute it: the variable is taken as given, then ``~`` expanded).
-
-    Set but empty, it is ``.``: tvm-ffi 0.1.9/0.1.11 (``os.environ.get("TVM_FFI_CACHE_DIR",
-    default)`` in ``tvm_ffi/cpp/extension.py``) and SGLang's ``load_jit`` do not treat an empty
-    value as unset, they build into each process's current folder. Readers look there too;
-    ``cacheclean.clear_root`` refuses to clear it unless named by ``--cache-dir``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ if env is None else env
-    return Path(env.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi")).expanduser()
-
-
-def source_hash(tree: Tree, data: bytes, scheme: Scheme) -> str:
-    """The loader's 16-hex source hash with ``data`` standing in for the tree's c_plan.cuh.
-
-    Depth-first over the kernel and the headers it includes, in the loader's own stack order;
-    0.5.13 names each file by its absolute path and follows quoted includes only, 0.5.14+ by the
-    path relative to the kernel root and also ``<sgl_kernel/...>`` includes.
-    """
-    if scheme not in _QUOTED:
-        raise ValueError(f"scheme {scheme} has no source hash")
-    root = tree.kernel_root.resolve()
-    kernel = (root / "csrc" / CUDA_FILE).resolve()
-    digest = hashlib.sha256()
-    seen: set[Path] = set()
-    stack = [kernel]
-    while stack:
-        path = stack.pop()
-        if path in seen or not path.is_file():
-            continue
-        seen.add(path)
-        content = data if path == kernel else path.read_bytes()
-        digest.update(_ident(path, root, scheme).encode())
-        digest.update(b"\0")
-        digest.update(content)
-        digest.update(b"\0")
-        stack.extend(_includes(path, content, root, scheme))
-    return digest.hexdigest()[:16]
-
-
-def _ident(path: Path, root: Path, scheme: Scheme) -> str:
-    if scheme == "content-name":
-        return str(path)
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return path.name
-
-
-def _includes(path: Path, content: bytes, root: Path, scheme: Scheme) -> list[Path]:
-    text = content.decode("utf-8", errors="ignore")
-    found = [(path.parent / inc).resolve() for inc in _QUOTED[scheme].findall(text)]
-    if scheme == "content-dir":
-        found += [(root / "include" / inc).resolve() for inc in _ANGLE.findall(text)]
-    return [p for p in found if p.is_file()]
-
-
-def module_name(tree: Tree, data: bytes, scheme: Scheme) -> str:
-    if scheme == "tvmffi-default":
-        return MODULE
-    return f"{MODULE}_{source_hash(tree, data, scheme)}"
 
 
 @dataclass(frozen=True)
@@ -562,25 +456,6 @@ class Build:
         }
 
 
-def parse_name(name: str) -> tuple[Scheme, dict[str, str]] | None:
-    for scheme, pattern in _NAMES.items():
-        m = pattern.match(name)
-        if m:
-            return scheme, m.groupdict()
-    return None
-
-
-def planner_entries(root: Path) -> list[os.DirEntry[str]]:
-    """Top-level entries of ``root`` named like a compress-plan build (any release's scheme).
-
-    Only names are read: this is the cheap first step of every cache check."""
-    try:
-        with os.scandir(root) as it:
-            return sorted((e for e in it if parse_name(e.name)), key=lambda e: e.name)
-    except OSError:  # no cache (the usual case), or not a folder: nothing cached
-        return []
-
-
 def inventory(tree: Tree, root: Path | None = None) -> list[Build]:
     """Every compress-plan build in the cache and, as far as it can be told, what it came from."""
     return _inventory(tree, planner_entries(cache_root() if root is None else root))
@@ -757,7 +632,7 @@ def stale_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]
 def _stale(tree: Tree, entries: list[os.DirEntry[str]]) -> list[Build]:
     if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
         return []
-    suspects = _not_current(tree, entries)
+    suspects = not_current(tree, read_regular(tree.kernel_path, KERNEL_LIMIT, "kernel"), entries)
     if not suspects:
         return []  # e.g. only the prewarmed fix: no other candidate source is computed
     current = sha256_file(tree.kernel_path)
@@ -768,39 +643,25 @@ def _stale(tree: Tree, entries: list[os.DirEntry[str]]) -> list[Build]:
     ]
 
 
-def _not_current(tree: Tree, entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
-    """Entries not provably built from the current kernel's bytes: a folder whose name carries
-    the hash of the current bytes is, by the loader's own naming, built from them."""
-    assert tree.kernel_path is not None
-    data = tree.kernel_path.read_bytes()
-    own: dict[Scheme, str] = {}
-    out = []
-    for entry in entries:
-        scheme, parts = parse_name(entry.name)  # type: ignore[misc]
-        if scheme in _QUOTED and not entry.is_symlink():
-            if scheme not in own:
-                own[scheme] = source_hash(tree, data, scheme)
-            if parts["src"] == own[scheme]:
-                continue
-        out.append(entry)
-    return out
-
-
-def racy_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]:
+def racy_builds(
+    tree: Tree, cache_dir: str | Path | None = None, variant: str | None = None
+) -> list[Build]:
     """Stale builds that are (or may be) the racy original, while the tree's kernel is fixed.
 
     This is what ``verify`` fails on (Exit.STALE_BUILD) and ``status`` reports. The cache is
-    listed first; the kernel is classified and hashed only when a planner entry exists.
+    listed first; the kernel is hashed only when a planner entry exists, and classified only if
+    the caller does not already know its ``variant`` (the verdict does).
     """
     entries = planner_entries(cache_root(cache_dir))
     if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
         return []
-    from sglang_dsv4_fix.kernel import classify
+    if variant is None:
+        from sglang_dsv4_fix.kernel import classify
 
-    try:
-        variant = classify(tree.kernel_path.read_text(encoding="utf-8")).variant
-    except (UnicodeDecodeError, OSError):
-        return []
+        try:
+            variant = classify(tree.kernel_path.read_text(encoding="utf-8")).variant
+        except (UnicodeDecodeError, OSError):
+            return []
     if variant not in ("no-init", "barrier"):
         return []
     return [b for b in _stale(tree, entries) if b.origin in ("original", "cannot tell")]

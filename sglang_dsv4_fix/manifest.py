@@ -10,23 +10,41 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+from sglang_dsv4_fix.value import Value
 
 MANIFEST = "manifest.json"
 
 
-class Result(NamedTuple):
-    sha256: str
-    patch: str  # path inside the patches package, e.g. "no-init/0.5.16-pre-refactor.diff"
+class Result(Value):
+    __slots__ = ("patch", "sha256")
+
+    def __init__(self, sha256: str, patch: str) -> None:
+        self.sha256 = sha256
+        self.patch = (
+            patch  # path inside the patches package, e.g. "no-init/0.5.16-pre-refactor.diff"
+        )
 
 
-class Release(NamedTuple):
-    version: str
-    layout: str | None  # None: no DeepSeek-V4 planner in this release
-    path: str | None  # kernel path inside the installed package tree ("sglang/...")
-    sha256: str | None  # the release's own c_plan.cuh
-    variant: str  # as classified: racy-init / no-init / not-applicable
-    results: dict[str, Result]  # target variant -> what applying it must give
+class Release(Value):
+    __slots__ = ("layout", "path", "results", "sha256", "variant", "version")
+
+    def __init__(
+        self,
+        version: str,
+        layout: str | None,
+        path: str | None,
+        sha256: str | None,
+        variant: str,
+        results: dict[str, Result],
+    ) -> None:
+        self.version = version
+        self.layout = layout  # None: no DeepSeek-V4 planner in this release
+        self.path = path  # kernel path inside the installed package tree ("sglang/...")
+        self.sha256 = sha256  # the release's own c_plan.cuh
+        self.variant = variant  # as classified: racy-init / no-init / not-applicable
+        self.results = results  # target variant -> what applying it must give
 
     @property
     def applicable(self) -> bool:
@@ -41,8 +59,11 @@ class Release(NamedTuple):
         return self.applicable and not self.results
 
 
-class Manifest(NamedTuple):
-    releases: dict[str, Release]
+class Manifest(Value):
+    __slots__ = ("releases",)
+
+    def __init__(self, releases: dict[str, Release]) -> None:
+        self.releases = releases
 
     def release(self, version: str | None) -> Release | None:
         return self.releases.get(version) if version else None

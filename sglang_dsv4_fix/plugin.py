@@ -28,9 +28,10 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
+
+from sglang_dsv4_fix.value import Value
 
 logger = logging.getLogger(__name__)
 
@@ -41,47 +42,81 @@ MODES = ("warn", "enforce", "heal", "off")
 ENFORCING = ("enforce", "heal")  # heal refuses what it cannot heal, as enforce does
 TAG = "sglang-dsv4-fix:"
 SCHEMA = 1
-LOGGER_MODULE, LOGGER_FUNCTION = "sglang.srt.utils.common", "configure_logger"
-SCHEDULER_MODULE, SCHEDULER_FUNCTION = (
-    "sglang.srt.managers.scheduler",
-    "configure_scheduler_process",
-)
+# SGLang's configure_logger (every release) sets up logging through logging.basicConfig; in a
+# scheduler process it is called by configure_scheduler_process(server_args, gpu_id, ...).
+LOGGER_FUNCTION, SCHEDULER_FUNCTION = "configure_logger", "configure_scheduler_process"
 JIT_FUNCTION = "_jit_compress_plan_module"
 SO_MARK = "dpsk_v4_compress_plan"  # in every release's planner module (and so .so) name
 
 
-@dataclass
-class Status:
+class Status(Value):
     """What this process's SGLang tree holds, as told once at start."""
 
-    package_dir: str
-    release: str | None = None
-    layout: str | None = None
-    kernel: str | None = None  # c_plan.cuh's path; None: no DeepSeek-V4 planner (<= 0.5.11)
-    variant: str = "not-applicable"
-    sha256: str | None = None
-    preconditions: str = "-"  # "ok", or the names of the failed ones
-    patched_by: str = "none"
-    problem: str | None = None
-    fix: str | None = None
-    exit_code: int = 0
-    loader_module: str | None = None
-    tree_arg: str = ""
-    state: str = "not-applicable"  # the verdict's state (verdict.py)
-    headline: str = ""
-    healed: str | None = None  # heal mode: what this process healed (its ERROR line)
+    __slots__ = (
+        "exit_code",
+        "fix",
+        "headline",
+        "healed",
+        "kernel",
+        "layout",
+        "loader_module",
+        "package_dir",
+        "patched_by",
+        "preconditions",
+        "problem",
+        "release",
+        "sha256",
+        "state",
+        "tree_arg",
+        "variant",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        package_dir: str,
+        release: str | None = None,
+        layout: str | None = None,
+        kernel: str | None = None,
+        variant: str = "not-applicable",
+        sha256: str | None = None,
+        preconditions: str = "-",
+        patched_by: str = "none",
+        problem: str | None = None,
+        fix: str | None = None,
+        exit_code: int = 0,
+        loader_module: str | None = None,
+        tree_arg: str = "",
+        state: str = "not-applicable",
+        headline: str = "",
+        healed: str | None = None,
+    ) -> None:
+        self.package_dir, self.release, self.layout = package_dir, release, layout
+        self.kernel = kernel  # c_plan.cuh's path; None: no DeepSeek-V4 planner (<= 0.5.11)
+        self.variant, self.sha256, self.state = variant, sha256, state  # the verdict's
+        self.preconditions = preconditions  # "ok", or the names of the failed ones
+        self.patched_by, self.loader_module, self.tree_arg = patched_by, loader_module, tree_arg
+        self.problem, self.fix, self.exit_code, self.headline = problem, fix, exit_code, headline
+        self.healed = healed  # heal mode: what this process healed (its ERROR line)
 
 
-@dataclass
 class _Process:
-    mode: str
-    status: Status
-    started: float
-    gpu: str | None = None
-    rank: str | None = None
-    logged: bool = False
-    jit_done: bool = False
-    pid: int = field(default_factory=os.getpid)
+    """This process: its mode and status, and what it has said so far (plain slots, not a
+    dataclass: the plugin's module is imported in every SGLang process, docs/plugin.md "Cost")."""
+
+    __slots__ = ("gpu", "jit_done", "logged", "mode", "pid", "rank", "started", "status")
+
+    def __init__(
+        self,
+        mode: str,
+        status: Status,
+        started: float,
+        gpu: str | None = None,
+        rank: str | None = None,
+    ) -> None:
+        self.mode, self.status, self.started = mode, status, started
+        self.gpu, self.rank = gpu, rank
+        self.logged = self.jit_done = False
+        self.pid = os.getpid()
 
     @property
     def role(self) -> str:
@@ -159,17 +194,21 @@ def inspect_tree(package_dir: Path) -> Status:
     status = Status(str(tree.package_dir), tree.release, tree.layout, tree_arg=tree_arg)
     if tree.kernel_path is None:
         return status
-    status.kernel = str(tree.kernel_path)
-    status.loader_module = tree.loader_module
     current = state.inspect(tree)
     v = verdict.assess(tree, verdict.Options(tree=tree_arg), current)
-    status.variant, status.sha256, status.state = v.variant, v.sha256, v.state
-    status.headline = v.headline
-    status.preconditions = _preconditions(current)
-    status.patched_by = _patched_by(current)
-    if not v.ok:
-        status.problem, status.fix, status.exit_code = v.headline, v.fix, int(v.exit)
-    return status
+    return status._replace(
+        kernel=str(tree.kernel_path),
+        loader_module=tree.loader_module,
+        variant=v.variant,
+        sha256=v.sha256,
+        state=v.state,
+        headline=v.headline,
+        preconditions=_preconditions(current),
+        patched_by=_patched_by(current),
+        problem=None if v.ok else v.headline,
+        fix=None if v.ok else v.fix,
+        exit_code=int(v.exit),
+    )
 
 
 def _preconditions(current: Any) -> str:
@@ -306,15 +345,11 @@ def _append_whole(fd: int, path: str, data: bytes) -> None:
 
 
 def _install_hooks() -> None:
-    """Wrap ``configure_logger`` (now, or the moment its module is imported) and, in a scheduler
-    process, ``configure_scheduler_process``; the start line is logged at exit if nothing
-    configures logging or loads the planner before then."""
+    """Hook SGLang's logging set-up (the start line follows it) and, once its module is imported,
+    the planner's loader; the start line is logged at exit if nothing configures logging or loads
+    the planner before then."""
     atexit.register(_log_start)
-    _when_imported(
-        LOGGER_MODULE, lambda: _wrap_global(LOGGER_MODULE, LOGGER_FUNCTION, _after_logger)
-    )
-    if SCHEDULER_MODULE in sys.modules:  # a scheduler (TP rank) process
-        _wrap_global(SCHEDULER_MODULE, SCHEDULER_FUNCTION, _before_scheduler)
+    _hook_basic_config()
     loader = _process.status.loader_module if _process else None
     if loader:
         _when_imported(loader, lambda: _apply_loader_hook(loader))
@@ -322,39 +357,26 @@ def _install_hooks() -> None:
         _log_start()
 
 
-def _wrap_global(module: str, name: str, wrap: Callable[[Any], Callable[..., Any]]) -> None:
-    """Replace ``module.name`` by ``wrap(original)`` and re-point every loaded module's global
-    ``name`` that still holds the original (SGLang's callers do ``from ... import name``).
+def _hook_basic_config() -> None:
+    """AFTER ``logging.basicConfig`` when SGLang's ``configure_logger`` is the caller.
 
-    One dictionary lookup per module: SGLang's HookRegistry compares every attribute of every
-    loaded module for each target, ~57 ms per target in a server process (docs/plugin.md, Cost)."""
-    original = getattr(sys.modules[module], name)
+    One attribute of the ``logging`` module is replaced, and SGLang calls it through that
+    attribute in every release. Wrapping ``configure_logger`` itself would mean re-pointing each
+    module that imported it by name: a walk over the ~4,000 modules a server process has loaded,
+    1-3 ms per process (docs/plugin.md, "Cost"). Other callers of ``basicConfig`` pass through."""
+    original = logging.basicConfig
     if getattr(original, "__sglang_dsv4_fix__", False):
         return
-    wrapped = wrap(original)
-    wrapped.__sglang_dsv4_fix__ = True  # type: ignore[attr-defined]
-    for mod in list(sys.modules.values()):
-        if isinstance(mod, types.ModuleType) and mod.__dict__.get(name) is original:
-            setattr(mod, name, wrapped)
 
-
-def _after_logger(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def configure_logger(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        _after_configure_logger(result, *args, **kwargs)
-        return result
+    def basicConfig(*args: Any, **kwargs: Any) -> None:
+        original(*args, **kwargs)
+        caller = sys._getframe(1)
+        if caller.f_code.co_name == LOGGER_FUNCTION:
+            _guard("start line", lambda: _after_configure_logger(caller))
 
-    return configure_logger
-
-
-def _before_scheduler(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def configure_scheduler_process(*args: Any, **kwargs: Any) -> Any:
-        _before_configure_scheduler(*args, **kwargs)
-        return original(*args, **kwargs)
-
-    return configure_scheduler_process
+    basicConfig.__sglang_dsv4_fix__ = True  # type: ignore[attr-defined]
+    logging.basicConfig = basicConfig
 
 
 def _current() -> _Process | None:
@@ -363,30 +385,25 @@ def _current() -> _Process | None:
     global _process
     p = _process
     if p is not None and p.pid != os.getpid():
-        status = replace(p.status, healed=None)  # the parent healed, not this child
+        status = p.status._replace(healed=None)  # the parent healed, not this child
         p = _process = _Process(p.mode, status, time.time(), gpu=p.gpu, rank=p.rank)
     return p
 
 
-def _after_configure_logger(result: object, *args: Any, **kwargs: Any) -> None:
-    """AFTER SGLang's ``configure_logger(server_args, prefix="")``: logging works now."""
-    try:
-        prefix = kwargs.get("prefix", args[1] if len(args) > 1 else "")
-        p = _current()
-        if p is not None and isinstance(prefix, str) and prefix.strip():
+def _after_configure_logger(frame: types.FrameType) -> None:
+    """Logging works now. SGLang's rank prefix (`` TP3``) is ``configure_logger``'s own
+    ``prefix`` argument; in a scheduler its caller, ``configure_scheduler_process``, holds the
+    ``gpu_id`` (0.5.12 - 0.5.23)."""
+    p = _current()
+    if p is not None:
+        prefix = frame.f_locals.get("prefix")
+        if isinstance(prefix, str) and prefix.strip():
             p.rank = ",".join(prefix.split()).lower()
-        _log_start()
-    except Exception as e:
-        logger.warning("%s start line failed (%s); serving continues", TAG, e)
-
-
-def _before_configure_scheduler(*args: Any, **kwargs: Any) -> None:
-    """BEFORE ``configure_scheduler_process(server_args, gpu_id, ...)`` (all releases)."""
-    with contextlib.suppress(Exception):
-        gpu = kwargs.get("gpu_id", args[1] if len(args) > 1 else None)
-        p = _current()
-        if p is not None and gpu is not None:
-            p.gpu = str(gpu)
+        outer = frame.f_back
+        if outer is not None and outer.f_code.co_name == SCHEDULER_FUNCTION:
+            gpu = outer.f_locals.get("gpu_id")
+            p.gpu = None if gpu is None else str(gpu)
+    _log_start()
 
 
 def _log_start() -> None:
@@ -402,7 +419,8 @@ def _log_start() -> None:
         logger.info("%s after healing: %s", TAG, p.status.headline)
     level = logging.ERROR if p.status.problem else logging.INFO
     logger.log(level, "%s", start_line(p))
-    _guard("report", lambda: write_report(start_record(p)))
+    if os.environ.get(REPORT_ENV):
+        _guard("report", lambda: write_report(start_record(p)))
     _guard("metrics", lambda: _export_metrics(p))
 
 

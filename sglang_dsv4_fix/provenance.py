@@ -8,21 +8,19 @@ agree with the release manifest. A record that fails is damaged: reported, never
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import RECORD_LIMIT, Folder, atomic_write, held, read_regular, remove
+from sglang_dsv4_fix.value import Value
 
 TAG = "sglang-dsv4-fix"
 STATES = ("pending", "applied")
 VARIANTS = ("no-init", "barrier")  # kernel.FIXED, without importing the classifier here
 METHODS = ("manifest-patch", "structural")
 WRITERS = ("cli", "plugin")
-_SHA = re.compile(r"[0-9a-f]{64}")
-_SHORT = re.compile(r"[\x20-\x7e]{1,64}")  # versions, times: printable ASCII, one line
+_HEX = frozenset("0123456789abcdef")
 
 
 class DamagedRecord(FatalError):
@@ -35,24 +33,61 @@ class DamagedRecord(FatalError):
         self.why = why
 
 
-@dataclass(frozen=True)
-class Provenance:
-    state: str  # "pending" while the kernel is being replaced, then "applied"
-    variant: str
-    method: str  # "manifest-patch" (known release) or "structural" (unknown base)
-    base_release: str | None
-    base_sha256: str
-    result_sha256: str
-    tool_version: str
-    time: str  # UTC, ISO 8601
-    kernel: str  # the kernel's file name
-    backup: str  # the backup's file name, beside the kernel
-    # While a variant switch is pending: the record it replaces (variant, bytes, method), so a run
-    # killed before the kernel was replaced rolls back to it. None otherwise.
-    previous_variant: str | None = None
-    previous_sha256: str | None = None
-    previous_method: str | None = None
-    written_by: str = "cli"  # or "plugin" (SGLANG_DSV4_FIX_MODE=heal); absent in older records
+class Provenance(Value):
+    __slots__ = (
+        "backup",
+        "base_release",
+        "base_sha256",
+        "kernel",
+        "method",
+        "previous_method",
+        "previous_sha256",
+        "previous_variant",
+        "result_sha256",
+        "state",
+        "time",
+        "tool_version",
+        "variant",
+        "written_by",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        state: str,
+        variant: str,
+        method: str,
+        base_release: str | None,
+        base_sha256: str,
+        result_sha256: str,
+        tool_version: str,
+        time: str,
+        kernel: str,
+        backup: str,
+        *,  # the optional fields: a record may lack them (``_fields`` takes these defaults)
+        previous_variant: str | None = None,
+        previous_sha256: str | None = None,
+        previous_method: str | None = None,
+        written_by: str = "cli",
+    ) -> None:
+        self.state = state  # "pending" while the kernel is being replaced, then "applied"
+        self.variant = variant
+        self.method = method  # "manifest-patch" (known release) or "structural" (unknown base)
+        self.base_release, self.base_sha256, self.result_sha256 = (
+            base_release,
+            base_sha256,
+            result_sha256,
+        )
+        self.tool_version = tool_version
+        self.time = time  # UTC, ISO 8601
+        self.kernel = kernel  # the kernel's file name
+        self.backup = backup  # the backup's file name, beside the kernel
+        # While a variant switch is pending: the record it replaces (variant, bytes, method), so a
+        # run killed before the kernel was replaced rolls back to it. None otherwise.
+        self.previous_variant, self.previous_sha256 = previous_variant, previous_sha256
+        self.previous_method = previous_method
+        self.written_by = (
+            written_by  # or "plugin" (SGLANG_DSV4_FIX_MODE=heal); absent in old records
+        )
 
 
 def record_path(kernel: Path) -> Path:
@@ -99,12 +134,12 @@ def _fields(path: Path, raw: dict[str, Any]) -> Provenance:
     nested = [k for k, v in raw.items() if isinstance(v, (dict, list))]
     if nested:
         raise DamagedRecord(path, f"nested value in {_show(nested[0])}")
-    names = Provenance.__dataclass_fields__
-    missing = [n for n, f in names.items() if n not in raw and f.default is MISSING]
+    optional: dict[str, Any] = Provenance.__init__.__kwdefaults__ or {}
+    missing = [n for n in Provenance.__slots__ if n not in raw and n not in optional]
     if missing:
         raise DamagedRecord(path, f"missing {', '.join(missing)}")
-    values: dict[str, Any] = {n: raw.get(n, f.default) for n, f in names.items()}  # checked next
-    return Provenance(**values)
+    values: dict[str, Any] = {n: raw.get(n, optional.get(n)) for n in Provenance.__slots__}
+    return Provenance(**values)  # checked next
 
 
 def _check(path: Path, r: Provenance, kernel: Path) -> None:
@@ -144,12 +179,13 @@ def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> str | None:
 
 
 def _sha(name: str, value: object) -> str | None:
-    ok = isinstance(value, str) and _SHA.fullmatch(value)
+    ok = isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
     return None if ok else f"{name} {_show(value)} is not 64 lowercase hex digits"
 
 
 def _short(name: str, value: object) -> str | None:
-    ok = isinstance(value, str) and _SHORT.fullmatch(value)
+    # versions, times: printable ASCII (0x20-0x7e), one line, at most 64 characters
+    ok = isinstance(value, str) and 0 < len(value) <= 64 and value.isascii() and value.isprintable()
     return None if ok else f"{name} {_show(value)} is not a short printable string"
 
 
@@ -188,7 +224,7 @@ def _manifest_claim(r: Provenance) -> str | None:
 
 
 def write(kernel: Path, record: Provenance, owner: tuple[int, int] | None = None) -> None:
-    data = (json.dumps(asdict(record), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    data = (json.dumps(record._asdict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
     folder = held(kernel.parent)
     if folder is None:
         atomic_write(record_path(kernel), data, mode=0o644)

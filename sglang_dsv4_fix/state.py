@@ -90,7 +90,7 @@ class KernelState:
             ],
             "known_base": [r.version for r in self.bases],
             "produced_from": [f"{r.version}:{variant}" for r, variant in self.produced],
-            "provenance": None if self.record is None else self.record.__dict__,
+            "provenance": None if self.record is None else self.record._asdict(),
             "provenance_damaged": self.record_damage,
             "backup": self.backup,
             "backup_holds_original": backup_matches(self),

@@ -124,8 +124,7 @@ def _switch(state: KernelState, target: Target) -> Plan:
     original = original_bytes(state.tree.kernel_path, record)
     plan = _patch(state, original.decode("utf-8"), record.base_sha256, target)
     assert plan.record is not None
-    pending = replace(
-        plan.record,
+    pending = plan.record._replace(
         previous_variant=record.variant,
         previous_sha256=record.result_sha256,
         previous_method=record.method,
@@ -339,16 +338,15 @@ def _resolve(folder: Folder, kernel: Path, record: Provenance, current: str) -> 
 
 
 def _applied(record: Provenance) -> Provenance:
-    return replace(
-        record, state="applied", previous_variant=None, previous_sha256=None, previous_method=None
+    return record._replace(
+        state="applied", previous_variant=None, previous_sha256=None, previous_method=None
     )
 
 
 def _rolled_back(record: Provenance) -> Provenance:
     assert record.previous_variant and record.previous_sha256 and record.previous_method
     return _applied(
-        replace(
-            record,
+        record._replace(
             variant=record.previous_variant,
             result_sha256=record.previous_sha256,
             method=record.previous_method,
@@ -497,7 +495,7 @@ def apply_fix(
             return Applied(plan, written=False)
         refuse_foreign_changes(tree, current, opts, force)
         assert plan.record is not None
-        plan = replace(plan, record=replace(plan.record, written_by=written_by))
+        plan = replace(plan, record=plan.record._replace(written_by=written_by))
         commit_plan(kernel, plan)
         if not clear_cache:
             return Applied(plan, written=True)

@@ -6,12 +6,14 @@ folder, the ``sglang`` package folder itself, or (no path) the sglang the interp
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from sglang_dsv4_fix.errors import Exit, FatalError
+from sglang_dsv4_fix.fsops import read_regular
+from sglang_dsv4_fix.value import Value
 
 Layout = Literal["pre-refactor", "post-refactor"]
 Kind = Literal["git", "installed", "package"]
@@ -26,19 +28,36 @@ LOADER_MODULES: dict[Layout, str] = {
     "post-refactor": "sglang.kernels.ops.attention.dsv4.compress",
 }
 KERNEL_IN_ROOT = "csrc/deepseek_v4/c_plan.cuh"
-_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
+METADATA_LIMIT = 1024 * 1024  # a dist-info METADATA (sglang's: ~30 KB) or _version.py
+_RELEASE = r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$"  # a release tag (compiled when a tag is read)
 
 
-@dataclass(frozen=True)
-class Tree:
-    root: Path
-    kind: Kind
-    package_dir: Path
-    kernel_path: Path | None
-    layout: Layout | None
-    release: str | None
-    release_source: str
-    git_root: Path | None
+class Tree(Value):
+    __slots__ = (
+        "git_root",
+        "kernel_path",
+        "kind",
+        "layout",
+        "package_dir",
+        "release",
+        "release_source",
+        "root",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        root: Path,
+        kind: Kind,
+        package_dir: Path,
+        kernel_path: Path | None,
+        layout: Layout | None,
+        release: str | None,
+        release_source: str,
+        git_root: Path | None,
+    ) -> None:
+        self.root, self.kind, self.package_dir = root, kind, package_dir
+        self.kernel_path, self.layout = kernel_path, layout
+        self.release, self.release_source, self.git_root = release, release_source, git_root
 
     @property
     def kernel_root(self) -> Path:
@@ -60,13 +79,14 @@ class Tree:
 
 def find_tree(path: str | Path | None = None) -> Tree:
     """The SGLang tree at ``path`` (or the importable one); raises FatalError if there is none."""
-    package = _importable_package() if path is None else _package_under(Path(path))
+    root = None if path is None else _folder(Path(path))
+    package = _importable_package() if root is None else _package_under(root)
     layout, kernel = _kernel(package)
     git_root = _git_root(package)
-    kind: Kind = "git" if git_root is not None else _plain_kind(package)
-    release, source = _release(package, git_root)
-    root = Path(path).resolve() if path is not None else package
-    return Tree(root, kind, package, kernel, layout, release, source, git_root)
+    infos = _dist_infos(package.parent)
+    kind: Kind = "git" if git_root is not None else "installed" if infos else "package"
+    release, source = _release(package, git_root, infos)
+    return Tree(root or package, kind, package, kernel, layout, release, source, git_root)
 
 
 def _importable_package() -> Path:
@@ -78,12 +98,16 @@ def _importable_package() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
-def _package_under(path: Path) -> Path:
+def _folder(path: Path) -> Path:
+    """``path`` resolved, if it is an existing folder."""
     if not path.exists():
         raise FatalError(f"{path}: no such file or folder", Exit.NOT_FOUND)
     if not path.is_dir():
         raise FatalError(f"{path}: not a folder (give the tree, not a file)", Exit.NOT_FOUND)
-    path = path.resolve()
+    return path.resolve()
+
+
+def _package_under(path: Path) -> Path:
     found = [p for p in _candidates(path) if _is_sglang(p)]
     if not found:
         raise FatalError(
@@ -132,18 +156,23 @@ def _git_root(package: Path) -> Path | None:
     return None
 
 
-def _plain_kind(package: Path) -> Kind:
-    return "installed" if any(package.parent.glob("sglang-*.dist-info")) else "package"
+def _dist_infos(folder: Path) -> list[Path]:
+    """The ``sglang-*.dist-info`` folders beside the package (one listing of a site-packages)."""
+    try:
+        with os.scandir(folder) as it:
+            names = [e.name for e in it if e.name.startswith("sglang-")]
+    except OSError:
+        return []
+    return sorted(folder / n for n in names if n.endswith(".dist-info"))
 
 
-def _release(package: Path, git_root: Path | None) -> tuple[str | None, str]:
-    for source, finder in (
-        ("dist-info", _from_dist_info),
-        ("sglang/_version.py", _from_version_file),
-    ):
-        found = finder(package)
-        if found:
-            return found, source
+def _release(package: Path, git_root: Path | None, infos: list[Path]) -> tuple[str | None, str]:
+    found = _from_dist_info(infos)
+    if found:
+        return found, "dist-info"
+    found = _from_version_file(package)
+    if found:
+        return found, "sglang/_version.py"
     if git_root is not None:
         tag = _from_git_tag(git_root)
         if tag:
@@ -151,14 +180,10 @@ def _release(package: Path, git_root: Path | None) -> tuple[str | None, str]:
     return None, "unknown"
 
 
-def _from_dist_info(package: Path) -> str | None:
-    infos = sorted(package.parent.glob("sglang-*.dist-info"))
+def _from_dist_info(infos: list[Path]) -> str | None:
     if len(infos) != 1:
         return None  # none, or several stale ones: the name would be a guess
-    metadata = infos[0] / "METADATA"
-    if not metadata.is_file():
-        return None
-    for line in metadata.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in _text(infos[0] / "METADATA").splitlines():
         if line.startswith("Version:"):
             return line.split(":", 1)[1].strip()
         if not line.strip():
@@ -167,11 +192,18 @@ def _from_dist_info(package: Path) -> str | None:
 
 
 def _from_version_file(package: Path) -> str | None:
-    path = package / "_version.py"
-    if not path.is_file():
-        return None
-    m = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", path.read_text())
+    text = _text(package / "_version.py")
+    m = re.search(r"__version__\s*=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", text)
     return m.group(1) if m else None
+
+
+def _text(path: Path) -> str:
+    """A metadata file's text, read as hostile (regular files only, never blocking, capped);
+    "" if it is missing or unfit, so the release is looked for elsewhere."""
+    try:
+        return read_regular(path, METADATA_LIMIT, "metadata").decode("utf-8", errors="replace")
+    except FatalError:
+        return ""
 
 
 def _from_git_tag(git_root: Path) -> str | None:
@@ -188,5 +220,5 @@ def _from_git_tag(git_root: Path) -> str | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    tags = [m.group(1) for t in out.split() if (m := _RELEASE.match(t))]
+    tags = [m.group(1) for t in out.split() if (m := re.match(_RELEASE, t))]
     return tags[0] if len(tags) == 1 else None

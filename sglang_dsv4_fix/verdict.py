@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sglang_dsv4_fix.errors import Exit
-from sglang_dsv4_fix.state import KernelState
-from sglang_dsv4_fix.tree import Tree
+from sglang_dsv4_fix.value import Value
+
+if TYPE_CHECKING:
+    from sglang_dsv4_fix.state import KernelState
+    from sglang_dsv4_fix.tree import Tree
 
 State = Literal[
     "verified",
@@ -43,16 +45,30 @@ State = Literal[
 PR = "sgl-project/sglang#32467"
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(Value):
     """How strict to be, and how the user named the tree (repeated in every fix command)."""
 
-    tree: str | None = None
-    cache_dir: str | None = None
-    strict: bool = False
-    require_variant: str | None = None
-    allow_not_applicable: bool = False
-    check_cache: bool = True
+    __slots__ = (
+        "allow_not_applicable",
+        "cache_dir",
+        "check_cache",
+        "require_variant",
+        "strict",
+        "tree",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        tree: str | None = None,
+        cache_dir: str | None = None,
+        strict: bool = False,
+        require_variant: str | None = None,
+        allow_not_applicable: bool = False,
+        check_cache: bool = True,
+    ) -> None:
+        self.tree, self.cache_dir, self.strict = tree, cache_dir, strict
+        self.require_variant, self.allow_not_applicable = require_variant, allow_not_applicable
+        self.check_cache = check_cache
 
     def command(self, name: str, *extra: str) -> str:
         words = ["sglang-dsv4-fix", name, *extra]
@@ -63,24 +79,45 @@ class Options:
         return shlex.join(words)
 
 
-@dataclass(frozen=True)
-class Problem:
-    kind: str
-    message: str
-    fix: str | None = None  # the exact command that fixes it, when one does
+class Problem(Value):
+    __slots__ = ("fix", "kind", "message")
+
+    def __init__(self, kind: str, message: str, fix: str | None = None) -> None:
+        self.kind, self.message = kind, message
+        self.fix = fix  # the exact command that fixes it, when one does
 
 
-@dataclass(frozen=True)
-class Verdict:
-    state: State
-    exit: Exit
-    headline: str  # one line, the same in every rendering
-    variant: str
-    sha256: str | None
-    pinned_by: str | None = None  # what the sha256 was matched against
-    problems: tuple[Problem, ...] = ()
-    notes: tuple[str, ...] = ()  # facts worth saying that fail nothing
-    stale_builds: tuple[str, ...] = ()
+class Verdict(Value):
+    __slots__ = (
+        "exit",
+        "headline",
+        "notes",
+        "pinned_by",
+        "problems",
+        "sha256",
+        "stale_builds",
+        "state",
+        "variant",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        state: State,
+        exit: Exit,
+        headline: str,
+        variant: str,
+        sha256: str | None,
+        pinned_by: str | None = None,
+        problems: tuple[Problem, ...] = (),
+        notes: tuple[str, ...] = (),
+        stale_builds: tuple[str, ...] = (),
+    ) -> None:
+        self.state, self.exit, self.variant, self.sha256 = state, exit, variant, sha256
+        self.headline = headline  # one line, the same in every rendering
+        self.pinned_by = pinned_by  # what the sha256 was matched against
+        self.problems = problems
+        self.notes = notes  # facts worth saying that fail nothing
+        self.stale_builds = stale_builds
 
     @property
     def ok(self) -> bool:
@@ -98,7 +135,7 @@ class Verdict:
             "variant": self.variant,
             "sha256": self.sha256,
             "pinned_by": self.pinned_by,
-            "problems": [p.__dict__ for p in self.problems],
+            "problems": [p._asdict() for p in self.problems],
             "notes": list(self.notes),
             "fix": self.fix,
             "stale_builds": list(self.stale_builds),
@@ -115,16 +152,29 @@ def assess(tree: Tree, opts: Options, current: KernelState | None = None) -> Ver
     if tree.kernel_path is None:
         return judge(tree, None, None, opts)
     current = state.inspect(tree) if current is None else current
-    stale = stale_builds(tree, opts) if opts.check_cache and current.safe else None
+    stale = stale_builds(tree, opts, current) if opts.check_cache and current.safe else None
     return judge(tree, current, stale, opts)
 
 
-def stale_builds(tree: Tree, opts: Options) -> list[str] | None:
-    """Names of racy (or untellable) planner builds in the cache; None if it cannot be told."""
+def stale_builds(tree: Tree, opts: Options, current: KernelState) -> list[str] | None:
+    """Names of racy (or untellable) planner builds in the cache; None if it cannot be told.
+
+    Cheapest first, as this runs in every server process: a cache with no planner entry, or only
+    entries named by the kernel's current bytes (what ``prewarm`` and a fixed tree's first start
+    leave), has none; only other entries are inventoried (jitcache)."""
+    from sglang_dsv4_fix import jitnames
+
+    root = jitnames.cache_root(opts.cache_dir)
+    if not jitnames.has_planner_entry(root):
+        return []  # the usual case, told from the names alone
     try:
+        if jitnames.scheme_of(tree) == "sglang-ninja":
+            return []
+        if not jitnames.not_current(tree, current.data, jitnames.planner_entries(root)):
+            return []
         from sglang_dsv4_fix import jitcache
 
-        return [b.name for b in jitcache.racy_builds(tree, opts.cache_dir)]
+        return [b.name for b in jitcache.racy_builds(tree, opts.cache_dir, current.variant)]
     except Exception:  # no loader to model, an unreadable cache: the kernel verdict stands alone
         return None
 
@@ -253,4 +303,4 @@ def _stale(v: Verdict, names: Sequence[str], opts: Options) -> Verdict:
 
 
 def _with(v: Verdict, **changes: Any) -> Verdict:
-    return replace(v, **changes)
+    return v._replace(**changes)

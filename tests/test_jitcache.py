@@ -16,7 +16,7 @@ import pytest
 from jitref import release_names
 from trees import AFFECTED, TreeFactory, fetch_wheel
 
-from sglang_dsv4_fix import jitcache
+from sglang_dsv4_fix import jitcache, jitnames
 from sglang_dsv4_fix.rewrite import rewrite
 from sglang_dsv4_fix.tree import Tree, find_tree
 
@@ -68,11 +68,11 @@ def test_names_match_the_release_own_code(
     tree_factory: TreeFactory, tmp_path: Path, version: str, variant: str
 ) -> None:
     tree = variant_tree(tree_factory, version, tmp_path / "sp", variant)
-    assert jitcache.scheme_of(tree) == SCHEMES[version]
+    assert jitnames.scheme_of(tree) == SCHEMES[version]
     ref = reference(tree, cache=tmp_path)
     data = tree.kernel_path.read_bytes()  # type: ignore[union-attr]
-    scheme = jitcache.scheme_of(tree)
-    assert jitcache.module_name(tree, data, scheme) == ref["module"]
+    scheme = jitnames.scheme_of(tree)
+    assert jitnames.module_name(tree, data, scheme) == ref["module"]
     pin = wheel_tvm_ffi_pin(version)
     call = jitcache.load_call(tree, data, jitcache.arch_for(tree, 9, 0), pin, tmp_path)
     # the flags, sources and include list the release's own load_jit passed to load_inline
@@ -139,7 +139,7 @@ def test_arch_target_matches_release_suffix_rule(
 
 def test_fixed_releases_have_no_tvm_ffi_build(tree_factory: TreeFactory, tmp_path: Path) -> None:
     tree = find_tree(tree_factory.installed("0.5.18", tmp_path / "sp"))
-    assert jitcache.scheme_of(tree) == "sglang-ninja"
+    assert jitnames.scheme_of(tree) == "sglang-ninja"
     assert jitcache.stale_builds(tree) == []
 
 
@@ -147,10 +147,10 @@ def test_cache_root_follows_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("TVM_FFI_CACHE_DIR", str(tmp_path / "c"))
-    assert jitcache.cache_root() == tmp_path / "c"
+    assert jitnames.cache_root() == tmp_path / "c"
     monkeypatch.delenv("TVM_FFI_CACHE_DIR")
-    assert jitcache.cache_root() == Path.home() / ".cache" / "tvm-ffi"
-    assert jitcache.cache_root("~/x") == Path.home() / "x"
+    assert jitnames.cache_root() == Path.home() / ".cache" / "tvm-ffi"
+    assert jitnames.cache_root("~/x") == Path.home() / "x"
 
 
 def test_parse_capability() -> None:
@@ -268,7 +268,7 @@ def test_racy_build_after_apply_is_reported(tree_factory: TreeFactory, tmp_path:
 def test_0512_cannot_tell_without_a_sidecar(tree_factory: TreeFactory, tmp_path: Path) -> None:
     tree = variant_tree(tree_factory, "0.5.12", tmp_path / "sp", "no-init")
     root = tmp_path / "cache"
-    kernel = tree.kernel_root.resolve() / "csrc" / jitcache.CUDA_FILE
+    kernel = tree.kernel_root.resolve() / "csrc" / jitnames.CUDA_FILE
     name, module = real_dir(tree, "no-init", root)
     build = lay_build(root, name, module, f'#include "{kernel}"\n')
     other = lay_build(

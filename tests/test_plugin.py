@@ -110,18 +110,21 @@ def test_a_process_that_never_configures_logging_still_says_it_once(self_site: P
     assert said[0].endswith(f"(run: sglang-dsv4-fix apply --tree {site}); serving continues")
 
 
-def test_no_registry_walk_at_start(self_site: Path) -> None:
-    """The start hooks are plain wrappers re-pointed by name: SGLang's HookRegistry patches
-    nothing at start (its module walk is what cost ~57 ms per target)."""
+def test_no_module_walk_at_start(self_site: Path) -> None:
+    """At start the plugin replaces one attribute, ``logging.basicConfig``: SGLang's HookRegistry
+    patches nothing (its module walk cost ~57 ms per target) and ``configure_logger`` is SGLang's
+    own function wherever it was imported (re-pointing those imports is a walk too)."""
     code = SERVE + (
+        "import logging\n"
         "from sglang.srt.plugins.hook_registry import HookRegistry\n"
         "import sglang.srt.utils.common as common\n"
         "print('PATCHED', sorted(HookRegistry._patched))\n"
-        "print('WRAPPED', utils.configure_logger is common.configure_logger, "
-        "hasattr(common.configure_logger, '__wrapped__'))\n"
+        "print('OURS', utils.configure_logger is common.configure_logger, "
+        "hasattr(common.configure_logger, '__wrapped__'), "
+        "getattr(logging.basicConfig, '__sglang_dsv4_fix__', False))\n"
     )
     done = run_python(code, self_site, release_site("0.5.16"))
-    assert "PATCHED []" in done.stdout and "WRAPPED True True" in done.stdout, done.stderr
+    assert "PATCHED []" in done.stdout and "OURS True False True" in done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.17"])
@@ -431,13 +434,19 @@ def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
     """benchmarks/plugin_startup.py's probe: the "none" arm passes without the plugin and fails
     (AssertionError) when the plugin is reachable, as it was from the checkout's *.egg-info."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from plugin_startup import measure
+    from plugin_startup import empty_plugin, measure
 
     site, server = release_site("0.5.16"), server_site()
+    empty = empty_plugin(tmp_path / "empty")
     assert measure("none", tmp_path, site, server) > 0
+    assert measure("empty", tmp_path, empty, site, server) > 0
     assert measure("plugin", tmp_path, self_site, site, server) > 0
     with pytest.raises(AssertionError):
         measure("none", tmp_path, self_site, site, server)
+    with pytest.raises(AssertionError):  # the empty plugin's arm without the empty plugin
+        measure("empty", tmp_path, site, server)
+    with pytest.raises(AssertionError):  # ... or with ours beside it
+        measure("empty", tmp_path, self_site, empty, site, server)
 
 
 def test_the_fix_hint_is_shell_quoted(tmp_path: Path) -> None:

@@ -10,11 +10,10 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sglang_dsv4_fix import __version__, cacheclean, jitcache
+from sglang_dsv4_fix import __version__, cacheclean, jitcache, jitnames
 from sglang_dsv4_fix.commands._common import (
     add_tree,
     command,
@@ -48,7 +47,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     tree = tree_of(args)
     data = _fixed_kernel(tree, args)
-    if jitcache.scheme_of(tree) == "sglang-ninja":
+    if jitnames.scheme_of(tree) == "sglang-ninja":
         raise FatalError(
             f"{tree.package_dir}: 0.5.18+ ships the fix and builds into SGLang's own cache; "
             "nothing to prewarm",
@@ -57,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     cuda_home = _cuda_home()
     arch = jitcache.arch_for(tree, *_capability(args.arch), nvcc=_nvcc_version(cuda_home))
     version = _tvm_ffi_version(tree)
-    root = jitcache.cache_root(args.cache_dir)
+    root = jitnames.cache_root(args.cache_dir)
     call = jitcache.load_call(tree, data, arch, version, root)
     warm = _already_warm(tree, call)
     seconds = 0.0 if warm else _build(tree, call, root, cuda_home, data)
@@ -82,7 +81,7 @@ def _fixed_kernel(tree: Tree, args: argparse.Namespace) -> bytes:
     if tree.kernel_path is None:
         raise FatalError(f"{tree.package_dir}: no DeepSeek-V4 planner", Exit.NOT_APPLICABLE)
     current = state.inspect(tree)
-    v = verdict.assess(tree, replace(options(args), check_cache=False), current)
+    v = verdict.assess(tree, options(args)._replace(check_cache=False), current)
     if not current.safe:
         raise FatalError(
             f"{tree.kernel_path}: {v.headline}; refusing to prewarm anything but a safe fix",
@@ -175,7 +174,7 @@ def _already_warm(tree: Tree, call: jitcache.LoadCall) -> bool:
     so = call.build_dir / f"{call.name}.so"
     if not so.is_file() or so.is_symlink():
         return False
-    if call.build_directory is not None or call.name != jitcache.MODULE:
+    if call.build_directory is not None or call.name != jitnames.MODULE:
         return True  # the name hashes the bytes: a .so there was built from them
     note = jitcache.read_sidecar(call.build_dir)  # 0.5.12: only our note can tell
     assert tree.kernel_path is not None

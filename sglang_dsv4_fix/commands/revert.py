@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from typing import Any
 
 from sglang_dsv4_fix import gitops, provenance, transaction
@@ -84,7 +83,7 @@ def _commit(tree: Tree, record: provenance.Provenance, patched: bytes) -> None:
         gitops.commit(tree.git_root, tree.kernel_relpath, gitops.revert_message(record.base_sha256))
     except FatalError as e:
         plan = transaction.Plan("write", "restore the patched kernel", patched,
-                                replace(record, state="pending"))  # fmt: skip
+                                record._replace(state="pending"))  # fmt: skip
         with file_lock(tree.kernel_path.parent):
             transaction.commit_plan(tree.kernel_path, plan)
         raise FatalError(

@@ -1,0 +1,205 @@
+"""What the planner's JIT loader calls its builds, and where it puts them.
+
+The cheap first step of every cache check, run by ``verify``, ``status`` and the plugin in every
+SGLang process (stdlib and fsops only; patterns compiled on first use): where the cache is,
+whether it holds any planner entry, each release's naming scheme and source hash, and which
+cached entries are not provably built from the kernel's current bytes. What a build came from
+and what is stale is jitcache.py; removal is cacheclean.py.
+
+Schemes (sgl-project/sglang#32467 is only fixed in-tree from 0.5.18):
+- ``tvmffi-default`` (0.5.12): tvm-ffi's ``<root>/<module>_<hash of generated source + flags>``;
+  the hash sees the kernel's absolute path, not its bytes, so a patched kernel keeps the same dir.
+- ``content-name`` (0.5.13): module name gets ``_<16 hex>`` of c_plan.cuh's bytes (absolute
+  path as identity, quoted includes only), then tvm-ffi's default dir as above.
+- ``content-dir`` (0.5.14-0.5.17): ``<root>/<module>_<src16>__arch_<arch>__tvmffi_<ver>``; src16
+  covers c_plan.cuh and every header it includes, named relative to the kernel root.
+- ``sglang-ninja`` (0.5.18+): SGLang's own cache, already fixed upstream; nothing to model here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from sglang_dsv4_fix.errors import Exit, FatalError
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular
+
+if TYPE_CHECKING:
+    from sglang_dsv4_fix.tree import Tree
+
+Scheme = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
+
+MODULE = "sgl_kernel_jit_dpsk_v4_compress_plan"  # the start of every release's planner build name
+CUDA_FILE = "deepseek_v4/c_plan.cuh"  # what every release's _jit_compress_plan_module() builds
+
+# Where load_jit lives, newest layout first (FACTS.md, "JIT build cache").
+LOADER_FILES = (
+    "kernels/jit/utils/compile/loader.py",  # 0.5.18+
+    "kernels/jit/utils/compile.py",  # 0.5.17
+    "jit_kernel/utils/compile.py",  # 0.5.16
+    "jit_kernel/utils.py",  # 0.5.12 - 0.5.15.post1
+)
+LOADER_LIMIT = 1024 * 1024  # the loaders are 10-40 KB
+
+# Patterns as strings: ``re`` compiles them on first use, so a process whose cache holds no planner
+# entry (the usual case) compiles none.
+_HEX16 = "[0-9a-f]{16}"
+_NAMES: dict[Scheme, str] = {
+    "content-dir": rf"^{MODULE}_(?P<src>{_HEX16})__arch_(?P<arch>[^_/]+)__tvmffi_(?P<tvmffi>[^/]+)$",
+    "content-name": rf"^{MODULE}_(?P<src>{_HEX16})_(?P<ffi>{_HEX16})$",
+    "tvmffi-default": rf"^{MODULE}_(?P<ffi>{_HEX16})$",
+}
+_QUOTED: dict[Scheme, str] = {
+    "content-name": r'^\s*#\s*include\s+"([^"]+)"',
+    "content-dir": r'^\s*#\s*include\s*"([^"]+)"',
+}
+_ANGLE = r"^\s*#\s*include\s*<(sgl_kernel/[^>]+)>"
+
+
+# --------------------------------------------------------------------------- where
+
+
+def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """``--cache-dir``, else ``$TVM_FFI_CACHE_DIR``, else ``~/.cache/tvm-ffi`` (as both SGLang
+    0.5.14+ and tvm-ffi compute it: the variable is taken as given, then ``~`` expanded).
+
+    Set but empty, it is ``.``: tvm-ffi 0.1.9/0.1.11 (``os.environ.get("TVM_FFI_CACHE_DIR",
+    default)`` in ``tvm_ffi/cpp/extension.py``) and SGLang's ``load_jit`` do not treat an empty
+    value as unset, they build into each process's current folder. Readers look there too;
+    ``cacheclean.clear_root`` refuses to clear it unless named by ``--cache-dir``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ if env is None else env
+    return Path(env.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi")).expanduser()
+
+
+def has_planner_entry(root: Path) -> bool:
+    """Whether any top-level name in ``root`` starts like a planner build (names only)."""
+    try:
+        with os.scandir(root) as it:
+            return any(e.name.startswith(MODULE) for e in it)
+    except OSError:  # no cache (the usual case), or not a folder: nothing cached
+        return False
+
+
+def planner_entries(root: Path) -> list[os.DirEntry[str]]:
+    """Top-level entries of ``root`` named like a compress-plan build (any release's scheme).
+
+    Only names are read: this is the cheap first step of every cache check."""
+    try:
+        with os.scandir(root) as it:
+            return sorted((e for e in it if parse_name(e.name)), key=lambda e: e.name)
+    except OSError:  # no cache (the usual case), or not a folder: nothing cached
+        return []
+
+
+def parse_name(name: str) -> tuple[Scheme, dict[str, str]] | None:
+    if not name.startswith(MODULE):
+        return None
+    for scheme, pattern in _NAMES.items():
+        m = re.match(pattern, name)
+        if m:
+            return scheme, m.groupdict()
+    return None
+
+
+# --------------------------------------------------------------------------- the tree's scheme
+
+
+def loader_file(tree: Tree) -> Path | None:
+    return next(
+        (tree.package_dir / f for f in LOADER_FILES if (tree.package_dir / f).is_file()), None
+    )
+
+
+def scheme_of(tree: Tree) -> Scheme:
+    """The cache scheme of the tree's own ``load_jit``, read from its source (not its version)."""
+    path = loader_file(tree)
+    if path is None:
+        raise FatalError(f"{tree.package_dir}: no SGLang JIT loader (load_jit) found", Exit.UNKNOWN)
+    if path.parent.name == "compile":
+        return "sglang-ninja"
+    text = read_regular(path, LOADER_LIMIT, "JIT loader", Exit.UNKNOWN).decode(errors="replace")
+    if "_jit_build_dir_name" in text:
+        return "content-dir"
+    if "_local_jit_source_hash" in text:
+        return "content-name"
+    return "tvmffi-default"
+
+
+# --------------------------------------------------------------------------- naming formulas
+
+
+def source_hash(tree: Tree, data: bytes, scheme: Scheme) -> str:
+    """The loader's 16-hex source hash with ``data`` standing in for the tree's c_plan.cuh.
+
+    Depth-first over the kernel and the headers it includes, in the loader's own stack order;
+    0.5.13 names each file by its absolute path and follows quoted includes only, 0.5.14+ by the
+    path relative to the kernel root and also ``<sgl_kernel/...>`` includes.
+    """
+    if scheme not in _QUOTED:
+        raise ValueError(f"scheme {scheme} has no source hash")
+    root = tree.kernel_root.resolve()
+    kernel = (root / "csrc" / CUDA_FILE).resolve()
+    digest = hashlib.sha256()
+    seen: set[Path] = set()
+    stack = [kernel]
+    while stack:
+        path = stack.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        content = data if path == kernel else read_regular(path, KERNEL_LIMIT, "kernel header")
+        digest.update(_ident(path, root, scheme).encode())
+        digest.update(b"\0")
+        digest.update(content)
+        digest.update(b"\0")
+        stack.extend(_includes(path, content, root, scheme))
+    return digest.hexdigest()[:16]
+
+
+def _ident(path: Path, root: Path, scheme: Scheme) -> str:
+    if scheme == "content-name":
+        return str(path)
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return path.name
+
+
+def _includes(path: Path, content: bytes, root: Path, scheme: Scheme) -> list[Path]:
+    text = content.decode("utf-8", errors="ignore")
+    found = [(path.parent / inc).resolve() for inc in re.findall(_QUOTED[scheme], text, re.M)]
+    if scheme == "content-dir":
+        found += [(root / "include" / inc).resolve() for inc in re.findall(_ANGLE, text, re.M)]
+    return [p for p in found if p.is_file()]
+
+
+def module_name(tree: Tree, data: bytes, scheme: Scheme) -> str:
+    if scheme == "tvmffi-default":
+        return MODULE
+    return f"{MODULE}_{source_hash(tree, data, scheme)}"
+
+
+# --------------------------------------------------------------------------- current or not
+
+
+def not_current(tree: Tree, data: bytes, entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
+    """Entries not provably built from the kernel bytes ``data``: a folder whose name carries the
+    hash of those bytes is, by the loader's own naming, built from them (what ``prewarm`` and a
+    fixed tree's first start leave). Nothing else is computed for the ones that are."""
+    own: dict[Scheme, str] = {}
+    out = []
+    for entry in entries:
+        scheme, parts = parse_name(entry.name)  # type: ignore[misc]
+        if scheme in _QUOTED and not entry.is_symlink():
+            if scheme not in own:
+                own[scheme] = source_hash(tree, data, scheme)
+            if parts["src"] == own[scheme]:
+                continue
+        out.append(entry)
+    return out
