@@ -558,7 +558,7 @@ def _origin_by_path(
         return "cannot tell", "no readable cuda.cu: cannot tell which tree it was built for", None
     if Path(included) != kernel:
         return "other", f"built for another tree ({included})", None
-    note = read_sidecar(path)
+    note = read_sidecar(path, f"{MODULE}.so")
     if note is None:
         return (
             "cannot tell",
@@ -590,8 +590,11 @@ def _lexists(path: Path) -> bool:
     return os.path.lexists(path)
 
 
-def read_sidecar(build: Path) -> dict[str, Any] | None:
-    """Our note in a build dir, if it still describes the .so beside it (else None)."""
+def read_sidecar(build: Path, so_name: str) -> dict[str, Any] | None:
+    """Our note in a build dir, if it still describes ``so_name``, the .so there that a loader
+    takes (else None). A note about another .so says nothing about this one: a build folder
+    renamed or copied under another module's name keeps its old .so and note, and the loader
+    compiles the new name's .so beside them."""
     data = read_capped(build / SIDECAR)
     if data is None:
         return None
@@ -602,7 +605,7 @@ def read_sidecar(build: Path) -> dict[str, Any] | None:
     if not isinstance(note, dict) or not isinstance(note.get("so"), str):
         return None
     so = note["so"]
-    if "/" in so or so in ("", ".", ".."):
+    if so != so_name or "/" in so or so in ("", ".", ".."):
         return None
     if _sha256_path(build / so) != note.get("so_sha256"):
         return None  # rebuilt since we wrote it (or not a regular file): it no longer speaks

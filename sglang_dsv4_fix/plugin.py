@@ -543,7 +543,7 @@ def _built_from(p: _Process, so: Path | None, t0: float) -> dict[str, Any]:
         return {"compiled_now": None, "built_from": "unknown", "built_variant": None,
                 "built_sha256": None, "evidence": ".so not found in /proc/self/maps"}  # fmt: skip
     compiled_now = so.stat().st_mtime >= t0 - 1.0
-    note = _sidecar(so.parent)
+    note = _sidecar(so)
     if note is not None:
         return _from_note(note, compiled_now, "sidecar beside the build")
     if compiled_now and p.status.kernel:
@@ -561,12 +561,13 @@ def _from_note(note: dict[str, Any], compiled_now: bool, evidence: str) -> dict[
     }
 
 
-def _sidecar(build: Path) -> dict[str, Any] | None:
+def _sidecar(so: Path) -> dict[str, Any] | None:
+    """Our note beside the loaded .so, if it speaks for that very file."""
     try:
         from sglang_dsv4_fix import jitcache
     except ImportError:
         return None
-    return jitcache.read_sidecar(build)
+    return jitcache.read_sidecar(so.parent, so.name)
 
 
 def _record_build(p: _Process, so: Path) -> dict[str, Any]:

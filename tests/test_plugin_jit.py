@@ -187,3 +187,22 @@ def test_racy_and_fixed_builds_at_jit_load_and_start(self_site: Path, tmp_path: 
     assert [r["event"] for r in records] == ["start", "jit-load"]
     assert records[0]["action"] == "ok" and records[1]["problem"] == RACY_SO
     assert b"if (tx < kNumWarps) {" in kernel.read_bytes()  # reverted: the racy original
+
+    # 5. the racy build's folder put under the fixed build's name (a restored or copied cache):
+    # the loader finds no .so of the fixed module there and compiles one from the fixed kernel.
+    # The folder's old note speaks for the racy .so beside it, not for the one loaded, so the
+    # JIT-load line agrees with verify: fixed, nothing stale (enforce serves)
+    assert cli("apply", "--tree", str(site), "--no-clear-cache") == 0
+    shutil.rmtree(cache / RACY_DIR)
+    shutil.rmtree(cache / NO_INIT_DIR)
+    shutil.copytree(aside, cache / NO_INIT_DIR)
+    assert (cache / NO_INIT_DIR / racy_so.name).is_file() and not fixed_so.exists()
+    assert cli("verify", "--tree", str(site), "--cache-dir", str(cache)) == 0
+    done, starts, jits, records = serve_and_load(
+        site, self_site, cache, report, SGLANG_DSV4_FIX_MODE="enforce"
+    )
+    assert "LOADED" in done.stdout, done.stderr
+    (jit,) = jits
+    assert f"so={fixed_so} (compiled now) built-from variant=no-init " in jit
+    assert " -- " not in jit
+    assert [(r["event"], r["action"]) for r in records] == [("start", "ok"), ("jit-load", "ok")]

@@ -176,7 +176,7 @@ def _already_warm(tree: Tree, call: jitcache.LoadCall) -> bool:
         return False
     if call.build_directory is not None or call.name != jitnames.MODULE:
         return True  # the name hashes the bytes: a .so there was built from them
-    note = jitcache.read_sidecar(call.build_dir)  # 0.5.12: only our note can tell
+    note = jitcache.read_sidecar(call.build_dir, so.name)  # 0.5.12: only our note can tell
     assert tree.kernel_path is not None
     return note is not None and note.get("kernel_sha256") == sha256_file(tree.kernel_path)
 
