@@ -8,12 +8,16 @@ Runs SGLang's own load_plugins() and configure_logger(), imports SGLang's loader
 sglang.kernels.ops.attention.dsv4.compress; if the package's further imports fail on this box,
 the loader module Python already executed is used and the JSON says why), then calls
 CompressorPrefillPlan.generate on GPU tensors, which calls _jit_compress_plan_module().
+With PLUGIN_CHECK_BEFORE_LOAD=SCRIPT, ``bash SCRIPT`` runs after the start line and before the
+planner call (what changes between a process's start and its first planner load).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import subprocess
 import sys
 import time
 import types
@@ -35,6 +39,9 @@ def main(out: str, loader: str = "sglang.jit_kernel.dsv4.compress") -> int:
         result["loader_import"] = f"package import failed: {type(e).__name__}: {e}"
     compress = sys.modules[loader]
     result["hooked"] = getattr(compress._jit_compress_plan_module, "__wrapped__", None) is not None
+    before = os.environ.get("PLUGIN_CHECK_BEFORE_LOAD")
+    if before:
+        subprocess.run(("bash", before), check=True)
     try:
         result.update(plan(compress))
     except Exception as e:  # enforce refusing the build lands here

@@ -1,0 +1,44 @@
+"""The plugin's start cost on the GPU host (benchmarks/plugin_startup.py's probe and arms, run
+with this host's own Python instead of the tests' cached interpreter).
+
+Usage: python3 gpu/plugin_cost.py SELF_SITE RELEASE_TREE EXTRA_SITE [ROUNDS]
+SELF_SITE: this package pip-installed with its entry point; RELEASE_TREE: an unpacked SGLang
+0.5.16 wheel (with its dist-info); EXTRA_SITE: what the release needs beyond this host's site
+(apache-tvm-ffi, small packages). Preloads ``torch, sglang.srt.server_args`` as every server
+process has them, or, if the host cannot import ``server_args``, ``torch, sglang.srt.utils`` and
+says so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from plugin_startup import SERVER, empty_plugin, run, table, trees
+
+
+def main(self_site: str, release: str, extra: str, rounds: int = 8) -> int:
+    preload = SERVER
+    path = f"{release}:{extra}"
+    probe = subprocess.run((sys.executable, "-c", f"import {SERVER}"), capture_output=True,
+                           text=True, env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    if probe.returncode != 0:
+        preload = "torch, sglang.srt.utils"
+        reason = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "?"
+        print(f"cannot import {SERVER} here ({reason}); preloading {preload} instead")
+    print(f"preload: {preload}")
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
+                 "plugin": (Path(self_site),)}  # fmt: skip
+        cases = trees(tmp, Path(release))
+        samples = run(rounds, cases, sites, (Path(extra),), sys.executable, preload)
+    return table(samples, cases, rounds)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(*sys.argv[1:4], *(int(a) for a in sys.argv[4:5])))
