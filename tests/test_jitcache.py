@@ -7,6 +7,8 @@ import functools
 import hashlib
 import json
 import os
+import random
+import re
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -290,3 +292,18 @@ def test_0512_cannot_tell_without_a_sidecar(tree_factory: TreeFactory, tmp_path:
     so.write_bytes(b"rebuilt by ninja since")  # the note no longer speaks for the .so
     assert {b.path: b.origin for b in jitcache.inventory(tree, root)}[build] == "cannot tell"
     assert json.loads((build / jitcache.SIDECAR).read_text())["so"] == so.name
+
+
+def test_include_scan_finds_what_the_loaders_regex_finds() -> None:
+    """jitnames scans includes without the loaders' ``^\\s*`` anchor (for speed); on generated
+    text of directive-like pieces it must find exactly what the anchored regex finds."""
+    rng = random.Random(32467)
+    pieces = [" ", "\t", "\n", "\u00a0", "\x0c", "#", "include", "  include", '"a.h"', '"b/c.cuh"',
+              "<sgl_kernel/x.h>", "<other/y.h>", "// ", "x", '"', "<", ">", "#include", "\r\n"]  # fmt: skip
+    patterns = [*jitnames._QUOTED.values(), jitnames._ANGLE]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 40)))
+        for pattern in patterns:
+            assert jitnames._directives(pattern, text) == re.findall(
+                r"^\s*" + pattern, text, re.MULTILINE
+            ), (pattern, text)
