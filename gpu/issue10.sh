@@ -35,12 +35,22 @@ run() {
   mkdir -p "$OUT"
   P=$P bash gpu/plugin_check_0517.sh > "$OUT/plugin_check_0517.log" 2>&1
   echo "plugin_check_0517 rc=$?"
-  rm -rf /tmp/sp16 && mkdir -p /tmp/sp16 && python3 -m zipfile -e "$P"/sglang-0.5.16-*.whl /tmp/sp16
-  (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout 300 python3 "$OLDPWD/gpu/plugin_cost.py" \
-     /tmp/self /tmp/sp16 /tmp/site "${ROUNDS:-6}") > "$OUT/plugin_cost.txt" 2>&1
-  echo "plugin_cost rc=$?"
   grep -E "^== |rc=|sglang-dsv4-fix: (JIT|refusing)|REFUSED|plan_error|VERIFIED" "$OUT/plugin_check_0517.log" | cut -c1-260
-  cat "$OUT/plugin_cost.txt"
+  cost
+}
+
+# The start cost alone (a probe imports torch: ~5 s each on this host, so few rounds).
+cost() {
+  local here=$PWD
+  mkdir -p "$OUT"
+  if [ ! -d /tmp/self/sglang_dsv4_fix ]; then  # a fresh machine: what plugin_check_0517.sh lays out
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$P"/apache_tvm_ffi-*.whl "$P"/small/*.whl || return 9
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/self . || return 9
+  fi
+  rm -rf /tmp/sp16 && mkdir -p /tmp/sp16 && python3 -m zipfile -e "$P"/sglang-0.5.16-*.whl /tmp/sp16
+  nproc; lscpu | grep -E "Model name" | head -1
+  (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout "${COST_S:-420}" python3 "$here/gpu/plugin_cost.py" \
+     /tmp/self /tmp/sp16 /tmp/site "${ROUNDS:-4}") 2>&1 | tee "$OUT/plugin_cost.txt"
 }
 
 "$@"
