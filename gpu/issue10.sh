@@ -43,8 +43,15 @@ run() {
 cost() {
   local here=$PWD
   mkdir -p "$OUT"
-  if [ ! -d /tmp/self/sglang_dsv4_fix ]; then  # a fresh machine: what plugin_check_0517.sh lays out
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$P"/apache_tvm_ffi-*.whl "$P"/small/*.whl || return 9
+  if [ ! -d /tmp/self/sglang_dsv4_fix ]; then  # a fresh machine: lay out what plugin_check_0517.sh does
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$P"/apache_tvm_ffi-*.whl || return 9
+    local w m
+    for w in "$P"/small/*.whl; do  # only what this host lacks
+      m=$(python3 -c 'import sys, zipfile; n = zipfile.ZipFile(sys.argv[1]).namelist(); print(next((x.split("/")[0] for x in n if x.count("/") == 1 and x.endswith("/__init__.py")), ""))' "$w")
+      if [ -n "$m" ] && ! python3 -c "import $m" 2>/dev/null; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$w"
+      fi
+    done
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/self . || return 9
   fi
   rm -rf /tmp/sp16 && mkdir -p /tmp/sp16 && python3 -m zipfile -e "$P"/sglang-0.5.16-*.whl /tmp/sp16
