@@ -530,7 +530,8 @@ def _jit_report(p: _Process, t0: float, before: set[str]) -> dict[str, Any]:
     record = {**start_record(p), "event": "jit-load", "so": str(so) if so else None, **built}
     record["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record.update(_jit_verdict(p.status, built))
-    record["action"] = "warned" if record["problem"] else "ok"
+    refuses = p.mode in ENFORCING  # around_jit_module then raises: the build is not served
+    record["action"] = ("refused" if refuses else "warned") if record["problem"] else "ok"
     _log_jit(record)
     _guard("report", lambda: write_report(record))
     return record

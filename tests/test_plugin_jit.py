@@ -186,6 +186,7 @@ def test_racy_and_fixed_builds_at_jit_load_and_start(self_site: Path, tmp_path: 
     assert f"so={racy_so} (from cache) built-from variant=racy-init " in jit
     assert [r["event"] for r in records] == ["start", "jit-load"]
     assert records[0]["action"] == "ok" and records[1]["problem"] == RACY_SO
+    assert records[1]["action"] == "refused" and records[1]["state"] == "stale-build"
     assert b"if (tx < kNumWarps) {" in kernel.read_bytes()  # reverted: the racy original
 
     # 5. the racy build's folder put under the fixed build's name (a restored or copied cache):
