@@ -593,3 +593,33 @@ def test_stale_build_hint_repeats_the_users_tree_and_cache_dir(
     assert verdict.endswith(f"(run: {fix})")
     assert main(["verify", *where]) == 5
     assert capsys.readouterr().out.splitlines()[0].endswith(f"(run: {fix})")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["status", "--json"], 0),
+        (["status"], 0),
+        (["verify", "--json"], 1),
+        (["verify"], 1),
+        (["apply", "--check", "--json"], 0),
+    ],
+)
+def test_a_reader_that_went_away_keeps_the_exit_code(
+    tree_factory: TreeFactory, tmp_path: Path, argv: list[str], code: int
+) -> None:
+    """`... | head` on a racy tree: the closed pipe ends the output, not the verdict's exit code,
+    and leaves no traceback (Python ignores SIGPIPE, so every write fails with EPIPE)."""
+    installed = tree_factory.installed("0.5.16", tmp_path / "site")
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "sglang_dsv4_fix", *argv, "--tree", str(installed)],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (code, b"")

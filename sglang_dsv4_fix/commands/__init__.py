@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -43,3 +45,20 @@ def add_loudness(parser: argparse.ArgumentParser, default: Any = False) -> None:
                       help="print only what is wrong (errors, failing trees)")  # fmt: skip
     loud.add_argument("-v", "--verbose", action="store_true", default=default,
                       help="also print the details behind each verdict")  # fmt: skip
+
+
+@contextlib.contextmanager
+def to_a_reader_who_may_leave() -> Iterator[None]:
+    """Print the body's output; a reader that went away (``| head``) ends the output, never the
+    exit code, and leaves no traceback.
+
+    As the Python docs advise for SIGPIPE: stdout is pointed at /dev/null, so the interpreter's
+    final flush of what is still buffered does not raise again at exit."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)

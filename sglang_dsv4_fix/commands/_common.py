@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sglang_dsv4_fix.commands import Formatter, add_loudness
+from sglang_dsv4_fix.commands import Formatter, add_loudness, to_a_reader_who_may_leave
 from sglang_dsv4_fix.errors import Exit, FatalError, error_handler, most_severe
 from sglang_dsv4_fix.tree import Tree, find_tree
 from sglang_dsv4_fix.verdict import Options, Verdict
@@ -95,8 +95,9 @@ class Output:
 
     def flush(self, show: bool) -> None:
         if show:
-            for line in self.lines:
-                print(line)
+            with to_a_reader_who_may_leave():
+                for line in self.lines:
+                    print(line)
         self.lines = []
 
     def dump(self, several: bool) -> None:
@@ -105,8 +106,9 @@ class Output:
         if not self.payloads:
             return
         body: Any = self.payloads if several else self.payloads[0]
-        json.dump(body, sys.stdout, indent=2, sort_keys=True, default=str)
-        sys.stdout.write("\n")
+        with to_a_reader_who_may_leave():
+            json.dump(body, sys.stdout, indent=2, sort_keys=True, default=str)
+            sys.stdout.write("\n")
 
 
 def emit(args: argparse.Namespace, payload: dict[str, Any], lines: Iterable[str]) -> None:

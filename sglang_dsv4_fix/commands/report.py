@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from sglang_dsv4_fix.commands import to_a_reader_who_may_leave
 from sglang_dsv4_fix.commands._common import command
 from sglang_dsv4_fix.errors import Exit, FatalError
 
@@ -64,14 +65,15 @@ def run(args: argparse.Namespace) -> int:
             _read(stream, "<stdin>" if name == "-" else name, fleet)
     rows = [_row(r) for _, r in sorted(fleet.latest.items())]
     code = _exit(rows)
-    if args.json:
-        payload = {"processes": rows, "records": fleet.records, "skipped": fleet.skipped,
-                   "exit": int(code)}  # fmt: skip
-        json.dump(payload, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    else:
-        print("\n".join(_table(rows)))
-        print(f"{len(rows)} process(es) from {fleet.records} record(s); {_summary(rows, code)}")
+    with to_a_reader_who_may_leave():
+        if args.json:
+            payload = {"processes": rows, "records": fleet.records, "skipped": fleet.skipped,
+                       "exit": int(code)}  # fmt: skip
+            json.dump(payload, sys.stdout, indent=2, sort_keys=True)
+            sys.stdout.write("\n")
+        else:
+            print("\n".join(_table(rows)))
+            print(f"{len(rows)} process(es) from {fleet.records} record(s); {_summary(rows, code)}")
     return int(code)
 
 

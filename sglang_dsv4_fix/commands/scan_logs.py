@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from sglang_dsv4_fix import logscan
+from sglang_dsv4_fix.commands import to_a_reader_who_may_leave
 from sglang_dsv4_fix.commands._common import command
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.logscan import SIGNATURES, Finding, Occurrence, Report
@@ -164,16 +165,8 @@ class _Fifo(io.RawIOBase):
 
 def _write(text: str) -> None:
     """Print the report; a reader that went away (`| head`) ends the output, not the exit code."""
-    try:
+    with to_a_reader_who_may_leave():
         sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # As the Python docs advise for SIGPIPE: point stdout at /dev/null so the interpreter's
-        # final flush of what is still buffered does not raise again at exit.
-        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
 
 
 # C0 controls but tab, DEL and C1 controls, as \xNN: a log line must not drive the terminal.
