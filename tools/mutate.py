@@ -42,6 +42,7 @@ RELEASES_K = "not test_each_precondition_clause_is_needed or 0.5.12 or 0.5.16 or
 class Target:
     tests: tuple[str, ...]  # fast, in-process test files that exercise the module
     select: str = ""  # pytest -k expression, "" for all
+    markers: str = ""  # pytest -m expression, "" for all
     functions: tuple[str, ...] = ("*",)  # mutmut name patterns (module.x_function*)
 
 
@@ -69,9 +70,42 @@ MODULES: dict[str, Target] = {
         ),
     ),
     "rewrite": Target(("tests/test_kernel.py",), RELEASES_K),
-    "fsops": Target(("tests/test_durability.py",)),
-    "provenance": Target(("tests/test_durability.py", "tests/test_bad_input.py")),
-    "transaction": Target(("tests/test_durability.py", "tests/test_bad_input.py")),
+    # the one judgement of a tree, as verify / status / apply --check render it; the fork property
+    # test on one release (its other releases judge the same states)
+    "verdict": Target(
+        ("tests/test_verdict.py", "tests/test_fork_edits.py", "tests/test_cli.py"),
+        "not test_apply_then_verify_passes_on_a_fork or 0.5.16",
+    ),
+    # the durable write primitives and the hostile-file reads (FIFOs, links, oversized files)
+    "fsops": Target(
+        ("tests/test_durability.py", "tests/test_bad_input.py", "tests/test_hostile_files.py")
+    ),
+    "provenance": Target(
+        (
+            "tests/test_durability.py",
+            "tests/test_bad_input.py",
+            "tests/test_hostile_files.py",
+            "tests/test_cli.py",
+        )
+    ),
+    "transaction": Target(
+        (
+            "tests/test_durability.py",
+            "tests/test_bad_input.py",
+            "tests/test_hostile_files.py",
+            "tests/test_cli.py",
+            "tests/test_folder_swap.py",
+        )
+    ),
+    # the cache's names and each release's source hash; the value types under every verdict
+    "jitnames": Target(
+        ("tests/test_jitcache.py", "tests/test_clear_cache.py", "tests/test_verdict.py"),
+        markers="not slow",
+    ),
+    "value": Target(
+        ("tests/test_jitcache.py", "tests/test_clear_cache.py", "tests/test_verdict.py"),
+        markers="not slow",
+    ),
 }
 
 
@@ -95,6 +129,7 @@ def configure(dest: Path, module: str, target: Target) -> None:
         "pytest_add_cli_args_test_selection =",
         *(f"    {t}" for t in target.tests),
         *(["    -k", f"    {target.select}"] if target.select else []),
+        *(["    -m", f"    {target.markers}"] if target.markers else []),
         "pytest_add_cli_args =",
         "    -p",
         "    no:cacheprovider",
@@ -156,6 +191,7 @@ def run_module(
                 "module": module,
                 "tests": target.tests,
                 "select": target.select,
+                "markers": target.markers,
                 "functions": target.functions,
                 "seconds": round(seconds),
                 "counts": counts,
