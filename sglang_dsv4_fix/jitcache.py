@@ -26,6 +26,7 @@ from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes, sha256_file
 from sglang_dsv4_fix.jitnames import (
     CUDA_FILE,
+    LOADER_LIMIT,
     MODULE,
     Scheme,
     cache_root,
@@ -114,7 +115,7 @@ def arch_for(tree: Tree, major: int, minor: int, nvcc: tuple[int, int] = (13, 0)
     12.x by CUDA version (0.5.16 by torch's CUDA, 0.5.17 by nvcc's; we take ``nvcc`` for both).
     """
     arch_py = _arch_file(tree)
-    text = arch_py.read_text(encoding="utf-8", errors="replace") if arch_py else ""
+    text = _text(arch_py) if arch_py else ""
     suffix = ""
     if "_cuda_arch_suffix" in text:
         suffix = _suffix(major, minor, nvcc, by_nvcc="_jit_cuda_version" in text)
@@ -251,7 +252,7 @@ def tree_sources(tree: Tree) -> dict[str, bytes]:
     from sglang_dsv4_fix.rewrite import rewrite
 
     assert tree.kernel_path is not None
-    current = tree.kernel_path.read_bytes()
+    current = read_regular(tree.kernel_path, KERNEL_LIMIT, "kernel")
     out = {"current": current}
     original = _original(tree.kernel_path, current, provenance.backup_path(tree.kernel_path))
     if original is None:
@@ -277,13 +278,25 @@ def _fixed_label(data: bytes) -> dict[str, bytes]:
 def _original(kernel: Path, current: bytes, backup: Path) -> bytes | None:
     from sglang_dsv4_fix.kernel import classify
 
-    for candidate in (current, backup.read_bytes() if backup.is_file() else None):
+    for candidate in (current, _backup(backup)):
         if candidate is None:
             continue
         with contextlib.suppress(UnicodeDecodeError, Exception):
             if classify(candidate.decode("utf-8")).variant == "racy-init":
                 return candidate
     return None
+
+
+def _backup(path: Path) -> bytes | None:
+    """The backup's bytes, read as anyone's file (regular, never blocking, capped), or None."""
+    try:
+        return read_regular(path, KERNEL_LIMIT, "backup", follow=False)
+    except FatalError:
+        return None
+
+
+def _text(path: Path) -> str:
+    return read_regular(path, LOADER_LIMIT, "JIT loader", Exit.UNKNOWN).decode(errors="replace")
 
 
 # --------------------------------------------------------------------------- what tvm-ffi writes
@@ -662,8 +675,9 @@ def racy_builds(
         from sglang_dsv4_fix.kernel import classify
 
         try:
-            variant = classify(tree.kernel_path.read_text(encoding="utf-8")).variant
-        except (UnicodeDecodeError, OSError):
+            data = read_regular(tree.kernel_path, KERNEL_LIMIT, "kernel")
+            variant = classify(data.decode("utf-8")).variant
+        except (UnicodeDecodeError, FatalError):
             return []
     if variant not in ("no-init", "barrier"):
         return []

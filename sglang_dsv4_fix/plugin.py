@@ -573,11 +573,11 @@ def _sidecar(so: Path) -> dict[str, Any] | None:
 
 def _record_build(p: _Process, so: Path) -> dict[str, Any]:
     from sglang_dsv4_fix import __version__
-    from sglang_dsv4_fix.fsops import sha256_bytes
+    from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
     from sglang_dsv4_fix.kernel import classify
 
     assert p.status.kernel is not None
-    data = Path(p.status.kernel).read_bytes()
+    data = read_regular(Path(p.status.kernel), KERNEL_LIMIT, "kernel")
     note = {
         "tool": "sglang-dsv4-fix",
         "tool_version": __version__,
