@@ -103,7 +103,12 @@ MODULES: dict[str, Target] = {
         markers="not slow",
     ),
     "value": Target(
-        ("tests/test_jitcache.py", "tests/test_clear_cache.py", "tests/test_verdict.py"),
+        (
+            "tests/test_value.py",
+            "tests/test_jitcache.py",
+            "tests/test_clear_cache.py",
+            "tests/test_verdict.py",
+        ),
         markers="not slow",
     ),
 }
