@@ -6,6 +6,7 @@ Each tree state is made from a real release's kernel (the fork-like ones by edit
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import pytest
 from test_jitcache import lay_build, real_dir
 from trees import AFFECTED, FIXED, TreeFactory
 
+from sglang_dsv4_fix import manifest
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.rewrite import rewrite
 from sglang_dsv4_fix.tree import find_tree
@@ -227,3 +229,175 @@ def test_status_says_a_reinstalled_kernel_is_no_longer_ours(
     assert "replaced since apply (reinstalled?)" in lines["verdict"]
     assert main(["apply", "--tree", str(root)]) == 0  # apply re-applies
     assert main(["verify", "--tree", str(root), "--strict"]) == 0
+
+
+
+# --------------------------------------------------------------------------- every field, exactly
+#
+# The table above checks that the surfaces agree and how the headline starts. Here each state's
+# whole verdict (verify --json: state, exit, headline, variant, sha256, pinned_by, problems,
+# notes, fix, stale_builds) is compared in full, including the states and notes the table lacks:
+# unknown, not applicable, wrong variant, a stale build under a verdict --strict already fails,
+# --ignore-cache, a pending or damaged record, a tree with no cache model. Templates: {root} is
+# the tree, {sha} the sha256 hashed here from the kernel file, {fixed} 0.5.16's no-init fix from
+# the manifest.
+
+VERDICT_KEYS = ("state", "exit", "headline", "variant", "sha256", "pinned_by", "problems",
+                "notes", "fix", "stale_builds")  # fmt: skip
+RECORD = "{root}/sglang/jit_kernel/csrc/deepseek_v4/.c_plan.cuh.sglang-dsv4-fix.json"
+NOT_OURS = "not release 0.5.16's kernel nor its fix (a fork or a local edit)"
+APPLY_FIX = "sglang-dsv4-fix apply --tree {root}"
+CLEAR_FIX = "sglang-dsv4-fix clear-cache --tree {root}"
+RACY_PROBLEM = {"kind": "racy", "message": "the racy init of warp_max/warp_min", "fix": APPLY_FIX}
+BUILD = "sgl_kernel_jit_dpsk_v4_compress_plan_d2fa2dab1d672b7c__arch_9.0a__tvmffi_0.1.11"
+STALE = f"1 racy (or untellable) planner build(s) remain in the JIT cache: {BUILD}"
+STALE_PROBLEM = {"kind": "stale-build", "message": STALE, "fix": CLEAR_FIX}
+EDITED = "changed since sglang-dsv4-fix wrote it (expected sha256 {fixed16}…, found {sha16}…)"
+UNPINNED = "sha256 {sha16}… is neither a release's fix nor what sglang-dsv4-fix wrote"
+NO_PLAN_0511 = "NOT APPLICABLE: no DeepSeek-V4 planner in this tree (release 0.5.11); not affected"
+
+
+def _set_record(root: Path, **fields: str) -> None:
+    path = Path(RECORD.replace("{root}", str(root)))
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def _planner_entry_without_loader(root: Path) -> None:
+    """A fixed tree whose JIT loader is gone, with a planner-named entry in the cache: the cache
+    cannot be modelled, so it is not checked (and the verdict says so)."""
+    apply(root)
+    (find_tree(root).package_dir / "jit_kernel" / "utils" / "compile.py").unlink()
+    (Path(os.environ["TVM_FFI_CACHE_DIR"]) / BUILD).mkdir(parents=True)
+
+
+def _edited_with_racy_build(root: Path) -> None:
+    _racy_build(root)
+    edit(root, lambda t: t + "// tuned after the fix\n")
+
+
+@dataclass(frozen=True)
+class Full:
+    name: str
+    make: Callable[[Path], None]
+    fields: dict[str, object]  # the verdict; pinned_by, problems, notes, fix: none by default
+    flags: tuple[str, ...] = ()
+    version: str = "0.5.16"
+
+
+def _verified(pin: str, variant: str = "no-init") -> dict[str, object]:
+    return {"state": "verified", "exit": 0, "variant": variant, "pinned_by": pin,
+            "headline": f"VERIFIED: {variant}, {pin} (sha256 {{sha16}}…)"}  # fmt: skip
+
+
+def _racy(tail: str = "", notes: tuple[str, ...] = ()) -> dict[str, object]:
+    return {"state": "racy", "exit": 1, "variant": "racy-init", "problems": [RACY_PROBLEM],
+            "fix": APPLY_FIX, "notes": list(notes),
+            "headline": f"RACY: racy-init kernel0 (sgl-project/sglang#32467){tail} (run: {APPLY_FIX})"}  # fmt: skip
+
+
+FIX_PIN = "the no-init fix of release 0.5.16"
+OURS_PIN = "the sha256 sglang-dsv4-fix recorded when it wrote this file"
+FULL = [
+    Full("racy", lambda r: None, _racy()),
+    Full("racy, strict", lambda r: None, _racy(), ("--strict",)),
+    Full("racy fork", lambda r: edit(r, local_edit), _racy(notes=(NOT_OURS,))),
+    Full("reinstalled", _reinstalled,
+         _racy("; replaced since apply (reinstalled?): the record expected sha256 {fixed16}…")),
+    Full("fixed", apply, _verified(FIX_PIN)),
+    Full("fixed, strict", apply, _verified(FIX_PIN), ("--strict",)),
+    Full("barrier", lambda r: apply(r, "--variant", "barrier"),
+         _verified("the barrier fix of release 0.5.16", "barrier")),
+    Full("upstream fixed", lambda r: None,
+         _verified("release 0.5.18's own kernel (fixed upstream)"), version="0.5.18"),
+    Full("racy fork, applied", lambda r: (edit(r, local_edit), apply(r)), _verified(OURS_PIN)),
+    Full("fork with the fix", _fork_with_fix,
+         {"state": "fixed-unpinned", "exit": 0, "variant": "no-init", "notes": [NOT_OURS],
+          "headline": f"FIXED, UNPINNED: safe no-init kernel0; {UNPINNED}"}),
+    Full("fork with the fix, strict", _fork_with_fix,
+         {"state": "fixed-unpinned", "exit": 3, "variant": "no-init", "notes": [NOT_OURS],
+          "problems": [{"kind": "unpinned", "message": UNPINNED, "fix": None}],
+          "headline": f"FIXED, UNPINNED: safe no-init kernel0; {UNPINNED}"}, ("--strict",)),
+    Full("edited after apply", _edited_after_apply,
+         {"state": "edited-since", "exit": 0, "variant": "no-init", "notes": [NOT_OURS],
+          "headline": f"EDITED SINCE APPLY: still a safe no-init, but {EDITED}"}),
+    Full("edited after apply, strict", _edited_after_apply,
+         {"state": "edited-since", "exit": 3, "variant": "no-init", "notes": [NOT_OURS],
+          "problems": [{"kind": "edited-since", "message": EDITED, "fix": None}],
+          "headline": f"EDITED SINCE APPLY: still a safe no-init, but {EDITED}"}, ("--strict",)),
+    Full("stale racy build", _racy_build,
+         {"state": "stale-build", "exit": 5, "variant": "no-init", "pinned_by": FIX_PIN,
+          "problems": [STALE_PROBLEM], "fix": CLEAR_FIX, "stale_builds": [BUILD],
+          "headline": f"STALE BUILD: the kernel is verified (no-init) but {STALE} (run: {CLEAR_FIX})"}),
+    Full("stale racy build, --ignore-cache", _racy_build, _verified(FIX_PIN), ("--ignore-cache",)),
+    Full("stale racy build, edited since", _edited_with_racy_build,
+         {"state": "stale-build", "exit": 5, "variant": "no-init", "notes": [NOT_OURS],
+          "problems": [STALE_PROBLEM], "fix": CLEAR_FIX, "stale_builds": [BUILD],
+          "headline": f"STALE BUILD: the kernel is edited-since (no-init) but {STALE} (run: {CLEAR_FIX})"}),
+    Full("stale racy build, edited since, strict", _edited_with_racy_build,
+         {"state": "edited-since", "exit": 3, "variant": "no-init", "notes": [NOT_OURS],
+          "problems": [{"kind": "edited-since", "message": EDITED, "fix": None}, STALE_PROBLEM],
+          "fix": CLEAR_FIX, "stale_builds": [BUILD],
+          "headline": f"EDITED SINCE APPLY: still a safe no-init, but {EDITED}; and {STALE}"},
+         ("--strict",)),
+    Full("unknown", lambda r: edit(r, lambda t: t.replace("plan_compress_prefill_kernel0", "k0")),
+         {"state": "unknown", "exit": 3, "variant": "unknown", "notes": [NOT_OURS],
+          "problems": [{"kind": "unknown", "fix": None,
+                        "message": "no definition of plan_compress_prefill_kernel0"}],
+          "headline": "UNKNOWN: kernel0 not recognised (no definition of plan_compress_prefill_kernel0)"}),
+    Full("unsafe", lambda r: edit(r, lambda t: second_launch(rewrite(t, "no-init"), "512")),
+         {"state": "unsafe", "exit": 3, "variant": "no-init", "notes": [NOT_OURS],
+          "problems": [{"kind": "unsafe", "fix": None, "message": "one block of 1024 threads "
+                        "(launch 2 of 2 is grid=1, block=512, __launch_bounds__(1024))"}],
+          "headline": "UNSAFE: no-init but preconditions violated: one block of 1024 threads "
+                      "(launch 2 of 2 is grid=1, block=512, __launch_bounds__(1024))"}),
+    Full("wrong variant", apply,
+         {"state": "wrong-variant", "exit": 11, "variant": "no-init", "pinned_by": FIX_PIN,
+          "headline": "WRONG VARIANT: no-init, required barrier"}, ("--require-variant", "barrier")),
+    Full("required variant", apply, _verified(FIX_PIN), ("--require-variant", "no-init")),
+    Full("pending record", lambda r: (apply(r), _set_record(r, state="pending")),
+         {**_verified(FIX_PIN),
+          "notes": ["an interrupted apply/revert left a pending record; the next one finishes it"]}),
+    Full("damaged record", lambda r: (apply(r), _set_record(r, state="done")),
+         {**_verified(FIX_PIN),
+          "notes": [f"provenance record damaged, not trusted: {RECORD}: damaged provenance record "
+                    "(state 'done' is not one of pending, applied); not acting on it"]}),
+    Full("no cache model", _planner_entry_without_loader,
+         {**_verified(FIX_PIN), "notes": ["JIT cache not checked (no cache model for this tree)"]}),
+    Full("not applicable", lambda r: None,
+         {"state": "not-applicable", "exit": 4, "variant": "not-applicable",
+          "headline": NO_PLAN_0511}, version="0.5.11"),
+    Full("not applicable, allowed", lambda r: None,
+         {"state": "not-applicable", "exit": 0, "variant": "not-applicable",
+          "headline": NO_PLAN_0511}, ("--allow-not-applicable",), version="0.5.11"),
+]  # fmt: skip
+
+
+def _filled(value: object, subs: dict[str, str]) -> object:
+    if isinstance(value, str):
+        for key, text in subs.items():
+            value = value.replace(key, text)
+        return value
+    if isinstance(value, list):
+        return [_filled(v, subs) for v in value]
+    if isinstance(value, dict):
+        return {k: _filled(v, subs) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("case", FULL, ids=[c.name for c in FULL])
+def test_every_field_of_the_verdict(
+    case: Full, tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed(case.version, tmp_path / "sp")
+    case.make(root)
+    kernel = find_tree(root).kernel_path
+    sha = None if kernel is None else hashlib.sha256(kernel.read_bytes()).hexdigest()
+    fixed = manifest.load().releases["0.5.16"].results["no-init"].sha256
+    subs = {"{root}": str(root), "{sha16}": (sha or "")[:16], "{fixed16}": fixed[:16]}
+    defaults = {"pinned_by": None, "problems": [], "notes": [], "fix": None, "stale_builds": []}
+    want = _filled({**defaults, "sha256": sha, **case.fields}, subs)
+    capsys.readouterr()
+    code = main(["verify", "--tree", str(root), "--json", *case.flags])
+    payload = json.loads(capsys.readouterr().out)
+    assert {k: payload[k] for k in VERDICT_KEYS} == want
+    assert code == payload["exit"]
