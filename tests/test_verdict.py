@@ -231,7 +231,6 @@ def test_status_says_a_reinstalled_kernel_is_no_longer_ours(
     assert main(["verify", "--tree", str(root), "--strict"]) == 0
 
 
-
 # --------------------------------------------------------------------------- every field, exactly
 #
 # The table above checks that the surfaces agree and how the headline starts. Here each state's
