@@ -191,23 +191,30 @@ def inspect_tree(package_dir: Path) -> Status:
 
     tree = find_tree(package_dir)
     tree_arg = str(tree.git_root or tree.package_dir.parent)
-    status = Status(str(tree.package_dir), tree.release, tree.layout, tree_arg=tree_arg)
-    if tree.kernel_path is None:
-        return status
-    current = state.inspect(tree)
-    v = verdict.assess(tree, verdict.Options(tree=tree_arg), current)
-    return status._replace(
-        kernel=str(tree.kernel_path),
-        loader_module=tree.loader_module,
+    current = None if tree.kernel_path is None else state.inspect(tree)
+    # a tree without the planner is not affected: it serves (verify --allow-not-applicable)
+    opts = verdict.Options(tree=tree_arg, allow_not_applicable=True)
+    v = verdict.assess(tree, opts, current)
+    status = Status(
+        str(tree.package_dir),
+        tree.release,
+        tree.layout,
         variant=v.variant,
         sha256=v.sha256,
         state=v.state,
         headline=v.headline,
-        preconditions=_preconditions(current),
-        patched_by=_patched_by(current),
         problem=None if v.ok else v.headline,
         fix=None if v.ok else v.fix,
         exit_code=int(v.exit),
+        tree_arg=tree_arg,
+    )
+    if current is None:
+        return status
+    return status._replace(
+        kernel=str(tree.kernel_path),
+        loader_module=tree.loader_module,
+        preconditions=_preconditions(current),
+        patched_by=_patched_by(current),
     )
 
 

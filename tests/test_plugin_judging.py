@@ -1,0 +1,227 @@
+"""The plugin's judging, in this process (where mutation testing can reach it): the status a
+process takes from its tree is the verdict ``verify`` gives, field by field; its start line and
+report record say that status; a loaded planner build is judged by what it was built from.
+
+The tests under SGLang's real ``load_plugins()`` (test_plugin.py, test_verdict_plugin.py,
+test_plugin_jit.py with nvcc builds) show the same from outside; these pin every field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_jitcache import lay_build, real_dir
+from test_verdict import FULL, Full
+from trees import TreeFactory
+
+from sglang_dsv4_fix import __version__, jitcache, plugin
+from sglang_dsv4_fix.main import main
+from sglang_dsv4_fix.tree import find_tree
+
+OURS = f"sglang-dsv4-fix/{__version__}"
+# What the start line says of each state beyond the verdict: the preconditions ("ok" for a
+# release's own bytes, which are not parsed again; the failed ones by name; "-" when kernel0 is
+# not found) and who patched the file.
+SAID = {
+    "racy": ("ok", "none"),
+    "racy fork": ("ok", "none"),
+    "reinstalled": ("ok", f"{OURS}(edited-since)"),
+    "fixed": ("ok", OURS),
+    "barrier": ("ok", OURS),
+    "upstream fixed": ("ok", "none"),
+    "racy fork, applied": ("ok", OURS),
+    "fork with the fix": ("ok", "none"),
+    "edited after apply": ("ok", f"{OURS}(edited-since)"),
+    "stale racy build": ("ok", OURS),
+    "stale racy build, edited since": ("ok", f"{OURS}(edited-since)"),
+    "unknown": ("-", "none"),
+    "unsafe": ("one block of 1024 threads", "none"),
+    "pending record": ("ok", OURS),
+    "damaged record": ("ok", "damaged-record"),
+    "no cache model": ("ok", OURS),
+    "not applicable": ("-", "none"),
+}
+AT_START = [c for c in FULL if not c.flags]  # the plugin judges with verify's default options
+
+
+def test_every_default_state_is_covered() -> None:
+    assert sorted(c.name for c in AT_START) == sorted(SAID)
+
+
+@pytest.mark.parametrize("case", AT_START, ids=[c.name for c in AT_START])
+def test_the_status_is_the_verdict(
+    case: Full, tree_factory: TreeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_factory.installed(case.version, tmp_path / "sp")
+    case.make(root)
+    capsys.readouterr()
+    # a server with no planner is not affected and serves: the plugin judges as this flag does
+    code = main(["verify", "--tree", str(root), "--json", "--allow-not-applicable"])
+    said = json.loads(capsys.readouterr().out)
+    tree = find_tree(root)
+
+    status = plugin.inspect_tree(tree.package_dir)
+
+    ok = code == 0
+    preconditions, patched_by = SAID[case.name]
+    assert status == plugin.Status(
+        str(tree.package_dir),
+        tree.release,
+        tree.layout,
+        kernel=None if tree.kernel_path is None else str(tree.kernel_path),
+        variant=said["variant"],
+        sha256=said["sha256"],
+        preconditions=preconditions,
+        patched_by=patched_by,
+        problem=None if ok else said["headline"],
+        fix=None if ok else said["fix"],
+        exit_code=code,
+        loader_module=tree.loader_module if tree.kernel_path else None,
+        tree_arg=str(root),
+        state=said["state"],
+        headline=said["headline"],
+    )
+
+
+def _process(tmp_path: Path, tree_factory: TreeFactory, make: str = "racy") -> plugin._Process:
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    next(c for c in FULL if c.name == make).make(root)
+    return plugin._Process("warn", plugin.inspect_tree(root / "sglang"), 1_700_000_000.0)
+
+
+def test_the_start_line_and_record_say_the_status(
+    tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    p = _process(tmp_path, tree_factory)
+    s = p.status
+    pid = os.getpid()
+    assert plugin.start_line(p) == (
+        f"sglang-dsv4-fix: c_plan.cuh variant=racy-init sha256={(s.sha256 or "")[:12]} release=0.5.16 "
+        f"layout=pre-refactor patched-by=none process=main pid={pid} preconditions=ok mode=warn"
+        f" -- {s.headline}; serving continues"
+    )
+    p.rank, p.gpu = "tp3", "3"
+    assert f" process=scheduler rank=tp3 gpu=3 pid={pid} " in plugin.start_line(p)
+    record = plugin.start_record(p)
+    assert record == {
+        "schema": 1, "event": "start", "time": "2023-11-14T22:13:20Z",
+        "host": os.uname().nodename, "pid": pid, "process": "scheduler", "rank": "tp3",
+        "gpu": "3", "mode": "warn", "action": "warned", "healed": False,
+        "tree": s.package_dir, "release": "0.5.16", "layout": "pre-refactor", "kernel": s.kernel,
+        "variant": "racy-init", "sha256": s.sha256, "preconditions": "ok", "patched_by": "none",
+        "state": "racy", "headline": s.headline, "exit": 1, "problem": s.headline, "fix": s.fix,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }  # fmt: skip
+    assert plugin.refuse_line(s) == (
+        f"sglang-dsv4-fix: refusing to start: {s.headline} ({s.kernel}) "
+        "(or set SGLANG_DSV4_FIX_MODE=warn to serve anyway)"
+    )
+
+
+def test_a_healthy_or_healed_start_is_said_so(tree_factory: TreeFactory, tmp_path: Path) -> None:
+    p = _process(tmp_path, tree_factory, "fixed")
+    assert p.status.problem is None
+    assert plugin.start_line(p).endswith(" preconditions=ok mode=warn")
+    assert plugin.start_record(p)["action"] == "ok"
+    p.status = p.status._replace(healed="healed: applied the no-init fix")
+    assert plugin.start_record(p)["action"] == "healed"
+    assert plugin.start_record(p)["healed"] is True
+
+
+def test_no_planner_is_said_so(tree_factory: TreeFactory, tmp_path: Path) -> None:
+    root = tree_factory.installed("0.5.11", tmp_path / "sp")
+    p = plugin._Process("enforce", plugin.inspect_tree(root / "sglang"), 0.0)
+    assert plugin.start_line(p) == (
+        "sglang-dsv4-fix: c_plan.cuh absent (no DeepSeek-V4 planner; not affected) "
+        f"release=0.5.11 process=main pid={os.getpid()} mode=enforce"
+    )
+
+
+# --------------------------------------------------------------------------- a loaded build
+
+
+@pytest.mark.parametrize(
+    ("built", "kernel", "state", "exit", "problem"),
+    [
+        ("no-init", "racy-init", "racy", 1, None),  # the tree's own verdict stands
+        ("barrier", "no-init", "verified", 0, None),
+        ("racy-init", "racy-init", "racy", 1, "built from the racy kernel"),
+        ("racy-init", "no-init", "stale-build", 5, "built from the racy kernel"),
+        (None, "no-init", "unknown", 3, "cannot tell what the loaded planner .so was built from"),
+        ("unknown", "no-init", "unknown", 3, "cannot tell"),
+    ],
+)
+def test_a_loaded_build_is_judged_by_its_origin(
+    built: str | None, kernel: str, state: str, exit: int, problem: str | None
+) -> None:
+    tree_state, tree_exit = ("racy", 1) if kernel == "racy-init" else ("verified", 0)
+    status = plugin.Status("/t", variant=kernel, state=tree_state, exit_code=tree_exit)
+    got = plugin._jit_verdict(status, {"built_variant": built, "evidence": "why"})
+    assert (got["state"], got["exit"]) == (state, exit)
+    if problem is None:
+        assert got["problem"] is None
+    else:
+        assert problem in got["problem"]
+        assert ("(why)" in got["problem"]) == (exit == 3)
+        assert ("sgl-project/sglang#32467" in got["problem"]) == (exit != 3)
+
+
+@pytest.mark.parametrize(
+    ("origin", "variant"),
+    [("original", "racy-init"), ("current", "barrier"), ("no-init", "no-init"),
+     ("barrier", "barrier"), ("unknown", None), ("racy-init", None)],
+)  # fmt: skip
+def test_a_cache_origin_names_a_variant(origin: str, variant: str | None) -> None:
+    status = plugin.Status("/t", variant="barrier")
+    assert plugin._origin_variant(origin, status) == variant
+
+
+def _built(p: plugin._Process, so: Path | None, t0: float) -> dict[str, object]:
+    return plugin._built_from(p, so, t0)
+
+
+def test_a_build_is_named_by_its_note_or_the_cache_model(
+    tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    p = _process(tmp_path, tree_factory, "fixed")
+    tree = find_tree(Path(p.status.package_dir))
+    cache = Path(os.environ["TVM_FFI_CACHE_DIR"])
+    assert _built(p, None, 0.0) == {
+        "compiled_now": None, "built_from": "unknown", "built_variant": None,
+        "built_sha256": None, "evidence": ".so not found in /proc/self/maps",
+    }  # fmt: skip
+    racy = lay_build(cache, *real_dir(tree, "original", cache))
+    (so,) = racy.glob("*.so")
+    later = so.stat().st_mtime + 60
+    from_cache = _built(p, so, later)
+    assert from_cache["compiled_now"] is False
+    assert from_cache["built_variant"] == "racy-init"
+    assert from_cache["built_from"] == p.status.kernel
+    original = jitcache.tree_sources(tree)["original"]
+    assert from_cache["built_sha256"] == hashlib.sha256(original).hexdigest()
+
+    fixed = lay_build(cache, *real_dir(tree, "no-init", cache))
+    (so,) = fixed.glob("*.so")
+    assert _built(p, so, later)["built_variant"] == "no-init"
+
+    # a build this very call made (mtime at or after its start) is named from the kernel on
+    # disk, and the note left beside it speaks for it from then on
+    now = _built(p, so, so.stat().st_mtime)
+    assert now["compiled_now"] is True
+    assert now["built_variant"] == "no-init" and now["built_from"] == p.status.kernel
+    assert now["built_sha256"] == p.status.sha256
+    assert now["evidence"] == "compiled by this call from the kernel on disk; sidecar written"
+    assert _built(p, so, later) == {**now, "compiled_now": False,
+                                    "evidence": "sidecar beside the build"}  # fmt: skip
+
+    stranger = cache / "some_other_module"
+    stranger.mkdir()
+    (stranger / "x.so").write_bytes(b"\x7fELF")
+    assert _built(p, stranger / "x.so", later) == {
+        "compiled_now": False, "built_from": None, "built_variant": None,
+        "built_sha256": None, "evidence": "not a build this tool can name",
+    }  # fmt: skip
