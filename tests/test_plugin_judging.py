@@ -98,9 +98,9 @@ def test_the_start_line_and_record_say_the_status(
 ) -> None:
     p = _process(tmp_path, tree_factory)
     s = p.status
-    pid = os.getpid()
+    pid, sha12 = os.getpid(), (s.sha256 or "")[:12]
     assert plugin.start_line(p) == (
-        f"sglang-dsv4-fix: c_plan.cuh variant=racy-init sha256={(s.sha256 or "")[:12]} release=0.5.16 "
+        f"sglang-dsv4-fix: c_plan.cuh variant=racy-init sha256={sha12} release=0.5.16 "
         f"layout=pre-refactor patched-by=none process=main pid={pid} preconditions=ok mode=warn"
         f" -- {s.headline}; serving continues"
     )
