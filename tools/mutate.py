@@ -97,6 +97,30 @@ MODULES: dict[str, Target] = {
             "tests/test_folder_swap.py",
         )
     ),
+    # the plugin's judging (its status is the verdict; the start line and record say it) and its
+    # judging of a loaded build; the hooks and I/O run only under SGLang's loader (subprocess
+    # tests: test_plugin.py, test_plugin_jit.py), out of mutmut's reach
+    "plugin": Target(
+        ("tests/test_plugin_judging.py",),
+        functions=tuple(
+            f"sglang_dsv4_fix.plugin.{f}__mutmut_*"
+            for f in (
+                "x_inspect_tree",
+                "x__preconditions",
+                "x__patched_by",
+                "x_start_line",
+                "x__where",
+                "x_refuse_line",
+                "x__action",
+                "x_start_record",
+                "x__built_from",
+                "x__from_note",
+                "x__from_cache_model",
+                "x__origin_variant",
+                "x__jit_verdict",
+            )
+        ),
+    ),
     # the cache's names and each release's source hash; the value types under every verdict
     "jitnames": Target(
         ("tests/test_jitcache.py", "tests/test_clear_cache.py", "tests/test_verdict.py"),
