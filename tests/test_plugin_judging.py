@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from test_verdict import FULL, Full
 from trees import TreeFactory
 
 from sglang_dsv4_fix import __version__, jitcache, plugin
+from sglang_dsv4_fix.errors import FatalError
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import find_tree
 
@@ -225,3 +228,47 @@ def test_a_build_is_named_by_its_note_or_the_cache_model(
         "compiled_now": False, "built_from": None, "built_variant": None,
         "built_sha256": None, "evidence": "not a build this tool can name",
     }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- hostile files
+
+
+@pytest.fixture
+def alarm() -> Iterator[None]:
+    """Fail (not hang) if a read blocks: a FIFO opened for reading waits for a writer forever."""
+
+    def hung(signum: int, frame: object) -> None:
+        raise TimeoutError("the plugin blocked on a file")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_fifo_as_record_is_a_damaged_record(
+    alarm: None, tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    assert main(["apply", "--tree", str(root)]) == 0
+    kernel = find_tree(root).kernel_path
+    assert kernel is not None
+    record = kernel.with_name(".c_plan.cuh.sglang-dsv4-fix.json")
+    record.unlink()
+    os.mkfifo(record)
+    status = plugin.inspect_tree(root / "sglang")
+    assert status.patched_by == "damaged-record"
+    assert (status.state, status.exit_code, status.problem) == ("verified", 0, None)
+
+
+def test_a_fifo_as_kernel_is_an_error_not_a_hang(
+    alarm: None, tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    kernel = find_tree(root).kernel_path
+    assert kernel is not None
+    kernel.unlink()
+    os.mkfifo(kernel)
+    with pytest.raises(FatalError, match="not a regular file: a FIFO"):
+        plugin.inspect_tree(root / "sglang")
