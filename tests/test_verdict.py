@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,6 +252,8 @@ RACY_PROBLEM = {"kind": "racy", "message": "the racy init of warp_max/warp_min",
 BUILD = "sgl_kernel_jit_dpsk_v4_compress_plan_d2fa2dab1d672b7c__arch_9.0a__tvmffi_0.1.11"
 STALE = f"1 racy (or untellable) planner build(s) remain in the JIT cache: {BUILD}"
 STALE_PROBLEM = {"kind": "stale-build", "message": STALE, "fix": CLEAR_FIX}
+BUILD10 = BUILD.replace("arch_9.0a", "arch_10.0a")
+STALE2 = f"2 racy (or untellable) planner build(s) remain in the JIT cache: {BUILD10}, {BUILD}"
 EDITED = "changed since sglang-dsv4-fix wrote it (expected sha256 {fixed16}…, found {sha16}…)"
 UNPINNED = "sha256 {sha16}… is neither a release's fix nor what sglang-dsv4-fix wrote"
 NO_PLAN_0511 = "NOT APPLICABLE: no DeepSeek-V4 planner in this tree (release 0.5.11); not affected"
@@ -272,6 +275,21 @@ def _planner_entry_without_loader(root: Path) -> None:
 def _edited_with_racy_build(root: Path) -> None:
     _racy_build(root)
     edit(root, lambda t: t + "// tuned after the fix\n")
+
+
+def _two_racy_builds(root: Path) -> None:
+    """The racy original built for two GPU archs (a fleet of H100s and B200s sharing a cache)."""
+    cache = Path(os.environ["TVM_FFI_CACHE_DIR"])
+    name, module = real_dir(find_tree(root), "original", cache)
+    lay_build(cache, name.replace("arch_9.0a", "arch_10.0a"), module)
+    _racy_build(root)
+
+
+def _without_release(root: Path) -> None:
+    """A tree nothing names the release of: no dist-info, no _version.py."""
+    (root / "sglang" / "_version.py").unlink()
+    for info in root.glob("sglang-*.dist-info"):
+        shutil.rmtree(info)
 
 
 @dataclass(frozen=True)
@@ -327,6 +345,11 @@ FULL = [
          {"state": "stale-build", "exit": 5, "variant": "no-init", "pinned_by": FIX_PIN,
           "problems": [STALE_PROBLEM], "fix": CLEAR_FIX, "stale_builds": [BUILD],
           "headline": f"STALE BUILD: the kernel is verified (no-init) but {STALE} (run: {CLEAR_FIX})"}),
+    Full("two stale racy builds", _two_racy_builds,
+         {"state": "stale-build", "exit": 5, "variant": "no-init", "pinned_by": FIX_PIN,
+          "problems": [{**STALE_PROBLEM, "message": STALE2}], "fix": CLEAR_FIX,
+          "stale_builds": [BUILD10, BUILD],
+          "headline": f"STALE BUILD: the kernel is verified (no-init) but {STALE2} (run: {CLEAR_FIX})"}),
     Full("stale racy build, --ignore-cache", _racy_build, _verified(FIX_PIN), ("--ignore-cache",)),
     Full("stale racy build, edited since", _edited_with_racy_build,
          {"state": "stale-build", "exit": 5, "variant": "no-init", "notes": [NOT_OURS],
@@ -365,6 +388,10 @@ FULL = [
     Full("not applicable", lambda r: None,
          {"state": "not-applicable", "exit": 4, "variant": "not-applicable",
           "headline": NO_PLAN_0511}, version="0.5.11"),
+    Full("not applicable, release unknown", _without_release,
+         {"state": "not-applicable", "exit": 4, "variant": "not-applicable",
+          "headline": NO_PLAN_0511.replace("release 0.5.11", "release unknown")},
+         version="0.5.11"),
     Full("not applicable, allowed", lambda r: None,
          {"state": "not-applicable", "exit": 0, "variant": "not-applicable",
           "headline": NO_PLAN_0511}, ("--allow-not-applicable",), version="0.5.11"),
