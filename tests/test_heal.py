@@ -533,3 +533,50 @@ def test_apply_records_cli_and_old_records_read_as_cli(
     path.write_text(json.dumps(raw))
     assert provenance.read(kernel) == record
     assert main(["verify", "--tree", str(root)]) == 0
+
+
+def test_an_unsafe_kernel_is_not_healed(tree_factory: TreeFactory, tmp_path: Path) -> None:
+    """A fixed kernel launched outside its preconditions: heal rewrites only a racy one."""
+    from test_verdict import edit, second_launch
+
+    from sglang_dsv4_fix import heal, plugin
+    from sglang_dsv4_fix.rewrite import rewrite
+
+    root = tree_factory.installed(VERSION, tmp_path / "sp")
+    edit(root, lambda t: second_launch(rewrite(t, "no-init"), "512"))
+    kernel = root / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
+    before = kernel.read_bytes()
+    status = plugin.inspect_tree(root / "sglang")
+    assert (status.state, status.exit_code) == ("unsafe", 3)
+    after = heal.at_start(status, plugin.inspect_tree)
+    assert (after.exit_code, after.healed) == (3, None)
+    assert after.problem == (
+        f"{status.headline}; not healed: heal rewrites only a racy-init kernel, this one is "
+        f"unsafe (inspect: sglang-dsv4-fix status --tree {root})"
+    )
+    assert kernel.read_bytes() == before
+
+
+def test_a_kernel_linked_from_elsewhere_is_not_healed_through_the_link(
+    tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    """The kernel a symlink to a file outside the tree: heal writes nothing there (apply's own
+    refusal of a symlinked kernel, said on the start line) and the file outside stays."""
+    from sglang_dsv4_fix import heal, plugin
+
+    root = tree_factory.installed(VERSION, tmp_path / "sp")
+    kernel = root / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
+    outside = tmp_path / "elsewhere.cuh"
+    racy = kernel.read_bytes()
+    outside.write_bytes(racy)
+    kernel.unlink()
+    kernel.symlink_to(outside)
+    status = plugin.inspect_tree(root / "sglang")
+    assert (status.state, status.exit_code) == ("racy", 1)
+    after = heal.at_start(status, plugin.inspect_tree)
+    assert (after.exit_code, after.healed) == (1, None)
+    assert after.problem == (
+        f"{status.headline}; not healed: {kernel}: is a symbolic link; refusing to write through it"
+    )
+    assert outside.read_bytes() == racy
+    assert kernel.is_symlink() and kernel.resolve() == outside
