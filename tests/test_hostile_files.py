@@ -104,6 +104,35 @@ def test_replaced_backup_alone_is_reported_not_restored(applied: Path) -> None:
     assert sha(kernel.read_bytes()) != ORIGINAL_0516
 
 
+def test_replaced_backup_of_an_unknown_base_is_not_restored(
+    tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    """A fork's kernel (no release's bytes) rewritten structurally: its backup is checked against
+    the base sha256 the record wrote, and a swapped one is refused with nothing changed."""
+    from test_verdict import edit, local_edit
+
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    edit(root, local_edit)
+    kernel = root / KERNEL
+    fork = kernel.read_bytes()
+    assert main(["apply", "--tree", str(root), "--no-clear-cache"]) == Exit.OK
+    record = read(kernel)
+    assert record is not None and record.method == "structural"
+    assert record.base_sha256 == sha(fork)
+    fixed = kernel.read_bytes()
+    backup = backup_path(kernel)
+    backup.chmod(0o644)
+    swapped = fork.replace(b"warp_max", b"warp_MAX", 1)
+    backup.write_bytes(swapped)
+    code, _, err, _ = cli("revert", "--tree", str(root), "--no-clear-cache")
+    assert code == Exit.REFUSED
+    assert err == (
+        f"{ERR}{backup}: does not hold the recorded original (sha256 {sha(swapped)[:16]}…, "
+        f"recorded {sha(fork)[:16]}…); refusing"
+    )
+    assert kernel.read_bytes() == fixed and backup.read_bytes() == swapped
+
+
 def test_backup_verdict_of_an_intact_backup_is_none(applied: Path) -> None:
     record = read(applied / KERNEL)
     assert record is not None
