@@ -252,6 +252,7 @@ RACY_PROBLEM = {"kind": "racy", "message": "the racy init of warp_max/warp_min",
 BUILD = "sgl_kernel_jit_dpsk_v4_compress_plan_d2fa2dab1d672b7c__arch_9.0a__tvmffi_0.1.11"
 STALE = f"1 racy (or untellable) planner build(s) remain in the JIT cache: {BUILD}"
 STALE_PROBLEM = {"kind": "stale-build", "message": STALE, "fix": CLEAR_FIX}
+CLEAR_FIX_ELSEWHERE = f"{CLEAR_FIX} --cache-dir {{root}}-cache"
 BUILD10 = BUILD.replace("arch_9.0a", "arch_10.0a")
 STALE2 = f"2 racy (or untellable) planner build(s) remain in the JIT cache: {BUILD10}, {BUILD}"
 EDITED = "changed since sglang-dsv4-fix wrote it (expected sha256 {fixed16}…, found {sha16}…)"
@@ -275,6 +276,13 @@ def _planner_entry_without_loader(root: Path) -> None:
 def _edited_with_racy_build(root: Path) -> None:
     _racy_build(root)
     edit(root, lambda t: t + "// tuned after the fix\n")
+
+
+def _racy_build_in_another_cache(root: Path) -> None:
+    """The racy build in the cache ``--cache-dir`` names, not in TVM_FFI_CACHE_DIR's."""
+    cache = Path(f"{root}-cache")
+    lay_build(cache, *real_dir(find_tree(root), "original", cache))
+    apply(root, "--no-clear-cache")
 
 
 def _two_racy_builds(root: Path) -> None:
@@ -350,6 +358,12 @@ FULL = [
           "problems": [{**STALE_PROBLEM, "message": STALE2}], "fix": CLEAR_FIX,
           "stale_builds": [BUILD10, BUILD],
           "headline": f"STALE BUILD: the kernel is verified (no-init) but {STALE2} (run: {CLEAR_FIX})"}),
+    Full("stale racy build, --cache-dir", _racy_build_in_another_cache,
+         {"state": "stale-build", "exit": 5, "variant": "no-init", "pinned_by": FIX_PIN,
+          "problems": [{**STALE_PROBLEM, "fix": CLEAR_FIX_ELSEWHERE}], "fix": CLEAR_FIX_ELSEWHERE,
+          "stale_builds": [BUILD],
+          "headline": f"STALE BUILD: the kernel is verified (no-init) but {STALE} "
+                      f"(run: {CLEAR_FIX_ELSEWHERE})"}, ("--cache-dir", "{root}-cache")),
     Full("stale racy build, --ignore-cache", _racy_build, _verified(FIX_PIN), ("--ignore-cache",)),
     Full("stale racy build, edited since", _edited_with_racy_build,
          {"state": "stale-build", "exit": 5, "variant": "no-init", "notes": [NOT_OURS],
@@ -423,7 +437,8 @@ def test_every_field_of_the_verdict(
     defaults = {"pinned_by": None, "problems": [], "notes": [], "fix": None, "stale_builds": []}
     want = _filled({**defaults, "sha256": sha, **case.fields}, subs)
     capsys.readouterr()
-    code = main(["verify", "--tree", str(root), "--json", *case.flags])
+    flags = [str(_filled(flag, subs)) for flag in case.flags]
+    code = main(["verify", "--tree", str(root), "--json", *flags])
     payload = json.loads(capsys.readouterr().out)
     assert {k: payload[k] for k in VERDICT_KEYS} == want
     assert code == payload["exit"]
