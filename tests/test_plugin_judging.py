@@ -43,6 +43,10 @@ SAID = {
     "stale racy build, edited since": ("ok", f"{OURS}(edited-since)"),
     "unknown": ("-", "none"),
     "unsafe": ("one block of 1024 threads", "none"),
+    "unsafe, two preconditions": (
+        "32 warps (kNumWarps == block / 32),warp 0 reads exactly kNumWarps lanes",
+        "none",
+    ),
     "pending record": ("ok", OURS),
     "damaged record": ("ok", "damaged-record"),
     "no cache model": ("ok", OURS),

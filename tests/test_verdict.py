@@ -278,6 +278,21 @@ def _edited_with_racy_build(root: Path) -> None:
     edit(root, lambda t: t + "// tuned after the fix\n")
 
 
+def half_block(text: str) -> str:
+    """kernel0 sized for 16 warps: two preconditions fail (the warp count, warp 0's lanes)."""
+    warps = "constexpr auto kNumWarps = kMaxPrefillBatchSize / kWarpThreads;"
+    assert warps in text
+    half = "constexpr uint32_t kHalfBlock = 512;\n  constexpr auto kNumWarps = kHalfBlock / kWarpThreads;"
+    return text.replace(warps, half)
+
+
+TWO_FAILED = (
+    "32 warps (kNumWarps == block / 32) (kNumWarps = 16, warp id = warp_id, lane id = lane_id); "
+    "warp 0 reads exactly kNumWarps lanes (read warp_max[lane_id] under 'if (warp_id == 0)'; "
+    "kNumWarps != 32 lanes)"
+)
+
+
 def _racy_build_in_another_cache(root: Path) -> None:
     """The racy build in the cache ``--cache-dir`` names, not in TVM_FFI_CACHE_DIR's."""
     cache = Path(f"{root}-cache")
@@ -386,6 +401,10 @@ FULL = [
                         "(launch 2 of 2 is grid=1, block=512, __launch_bounds__(1024))"}],
           "headline": "UNSAFE: no-init but preconditions violated: one block of 1024 threads "
                       "(launch 2 of 2 is grid=1, block=512, __launch_bounds__(1024))"}),
+    Full("unsafe, two preconditions", lambda r: edit(r, lambda t: half_block(rewrite(t, "no-init"))),
+         {"state": "unsafe", "exit": 3, "variant": "no-init", "notes": [NOT_OURS],
+          "problems": [{"kind": "unsafe", "fix": None, "message": TWO_FAILED}],
+          "headline": f"UNSAFE: no-init but preconditions violated: {TWO_FAILED}"}),
     Full("wrong variant", apply,
          {"state": "wrong-variant", "exit": 11, "variant": "no-init", "pinned_by": FIX_PIN,
           "headline": "WRONG VARIANT: no-init, required barrier"}, ("--require-variant", "barrier")),
