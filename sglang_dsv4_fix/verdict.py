@@ -43,6 +43,8 @@ State = Literal[
     "wrong-variant",
 ]
 PR = "sgl-project/sglang#32467"
+# the subcommands that take --cache-dir: a fixing command repeats the user's (tests check the parser)
+CACHE_DIR_COMMANDS = ("apply", "clear-cache", "prewarm", "revert", "status", "verify")
 
 
 class Options(Value):
@@ -74,7 +76,7 @@ class Options(Value):
         words = ["sglang-dsv4-fix", name, *extra]
         if self.tree is not None:
             words += ["--tree", self.tree]
-        if self.cache_dir is not None and name in ("apply", "clear-cache", "revert", "verify"):
+        if self.cache_dir is not None and name in CACHE_DIR_COMMANDS:
             words += ["--cache-dir", self.cache_dir]
         return shlex.join(words)
 

@@ -6,10 +6,12 @@ Each tree state is made from a real release's kernel (the fork-like ones by edit
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,9 +22,11 @@ from test_jitcache import lay_build, real_dir
 from trees import AFFECTED, FIXED, TreeFactory
 
 from sglang_dsv4_fix import manifest
-from sglang_dsv4_fix.main import main
+from sglang_dsv4_fix.commands._common import options
+from sglang_dsv4_fix.main import COMMANDS, build_parser, main, parse
 from sglang_dsv4_fix.rewrite import rewrite
 from sglang_dsv4_fix.tree import find_tree
+from sglang_dsv4_fix.verdict import Options
 
 LAUNCH = "LaunchKernel(1, kMaxPrefillBatchSize, device)(plan_compress_prefill_kernel0"
 EDIT = "\n// local fork edit: tuned for our cluster\n"
@@ -461,3 +465,24 @@ def test_every_field_of_the_verdict(
     payload = json.loads(capsys.readouterr().out)
     assert {k: payload[k] for k in VERDICT_KEYS} == want
     assert code == payload["exit"]
+
+
+# --------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_fixing_command_repeats_the_cache_dir_where_the_subcommand_takes_it(name: str) -> None:
+    """The oracle is the real parser: --cache-dir is repeated exactly for the subcommands whose
+    own parser accepts it."""
+    parser = build_parser(name)
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    takes = any("--cache-dir" in a.option_strings for a in sub.choices[name]._actions)
+    words = shlex.split(Options(tree="/srv/my tree", cache_dir="/c d").command(name))
+    assert words[:4] == ["sglang-dsv4-fix", name, "--tree", "/srv/my tree"]
+    assert words[4:] == (["--cache-dir", "/c d"] if takes else [])
+
+
+@pytest.mark.parametrize("name", ["verify", "status", "apply"])
+def test_the_options_defaults_are_the_commands_defaults(name: str) -> None:
+    """What the plugin and heal build with Options(tree=...) is what the CLI judges without flags."""
+    assert options(parse([name, "--tree", "/t"])) == Options()  # each tree is set per tree
