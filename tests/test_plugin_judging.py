@@ -50,6 +50,7 @@ SAID = {
     "pending record": ("ok", OURS),
     "damaged record": ("ok", "damaged-record"),
     "no cache model": ("ok", OURS),
+    "fork with the fix, no cache model": ("ok", "none"),
     "two stale racy builds": ("ok", OURS),
     "not applicable": ("-", "none"),
     "not applicable, release unknown": ("-", "none"),

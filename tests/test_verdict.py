@@ -21,10 +21,11 @@ import pytest
 from test_jitcache import lay_build, real_dir
 from trees import AFFECTED, FIXED, TreeFactory
 
-from sglang_dsv4_fix import manifest
+from sglang_dsv4_fix import manifest, verdict
 from sglang_dsv4_fix.commands._common import options
 from sglang_dsv4_fix.main import COMMANDS, build_parser, main, parse
 from sglang_dsv4_fix.rewrite import rewrite
+from sglang_dsv4_fix.state import inspect as inspect_kernel
 from sglang_dsv4_fix.tree import find_tree
 from sglang_dsv4_fix.verdict import Options
 
@@ -277,6 +278,13 @@ def _planner_entry_without_loader(root: Path) -> None:
     (Path(os.environ["TVM_FFI_CACHE_DIR"]) / BUILD).mkdir(parents=True)
 
 
+def _fork_without_loader(root: Path) -> None:
+    """A fork that carries the fix, its JIT loader gone, a planner-named entry in the cache."""
+    _fork_with_fix(root)
+    (find_tree(root).package_dir / "jit_kernel" / "utils" / "compile.py").unlink()
+    (Path(os.environ["TVM_FFI_CACHE_DIR"]) / BUILD).mkdir(parents=True)
+
+
 def _edited_with_racy_build(root: Path) -> None:
     _racy_build(root)
     edit(root, lambda t: t + "// tuned after the fix\n")
@@ -422,6 +430,10 @@ FULL = [
                     "(state 'done' is not one of pending, applied); not acting on it"]}),
     Full("no cache model", _planner_entry_without_loader,
          {**_verified(FIX_PIN), "notes": ["JIT cache not checked (no cache model for this tree)"]}),
+    Full("fork with the fix, no cache model", _fork_without_loader,
+         {"state": "fixed-unpinned", "exit": 0, "variant": "no-init",
+          "notes": [NOT_OURS, "JIT cache not checked (no cache model for this tree)"],
+          "headline": f"FIXED, UNPINNED: safe no-init kernel0; {UNPINNED}"}),
     Full("not applicable", lambda r: None,
          {"state": "not-applicable", "exit": 4, "variant": "not-applicable",
           "headline": NO_PLAN_0511}, version="0.5.11"),
@@ -486,3 +498,21 @@ def test_a_fixing_command_repeats_the_cache_dir_where_the_subcommand_takes_it(na
 def test_the_options_defaults_are_the_commands_defaults(name: str) -> None:
     """What the plugin and heal build with Options(tree=...) is what the CLI judges without flags."""
     assert options(parse([name, "--tree", "/t"])) == Options()  # each tree is set per tree
+
+
+KERNEL_PROBLEMS = [c for c in FULL if c.name in ("racy", "racy fork", "unknown", "unsafe")]
+
+
+@pytest.mark.parametrize("case", KERNEL_PROBLEMS, ids=[c.name for c in KERNEL_PROBLEMS])
+def test_a_kernel_problem_outranks_a_stale_build(
+    case: Full, tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    """judge() is pure: given stale builds with a racy, unknown or unsafe kernel (assess() does
+    not look at the cache then), the kernel's verdict stands, and the builds are not named."""
+    root = tree_factory.installed(case.version, tmp_path / "sp")
+    case.make(root)
+    tree = find_tree(root)
+    current = inspect_kernel(tree)
+    alone = verdict.judge(tree, current, None, Options())
+    assert verdict.judge(tree, current, [BUILD], Options()) == alone
+    assert alone.state == case.fields["state"] and alone.stale_builds == ()
