@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from test_jitcache import lay_build, real_dir
-from test_verdict import FULL, Full
+from test_verdict import FULL, Full, _without_release
 from trees import TreeFactory
 
-from sglang_dsv4_fix import __version__, jitcache, plugin
+from sglang_dsv4_fix import __version__, jitcache, kernel, plugin
 from sglang_dsv4_fix.errors import FatalError
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import find_tree
@@ -104,7 +104,7 @@ def _process(tmp_path: Path, tree_factory: TreeFactory, make: str = "racy") -> p
 
 
 def test_the_start_line_and_record_say_the_status(
-    tree_factory: TreeFactory, tmp_path: Path
+    tree_factory: TreeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p = _process(tmp_path, tree_factory)
     s = p.status
@@ -115,6 +115,7 @@ def test_the_start_line_and_record_say_the_status(
         f" -- {s.headline}; serving continues"
     )
     p.rank, p.gpu = "tp3", "3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")
     assert f" process=scheduler rank=tp3 gpu=3 pid={pid} " in plugin.start_line(p)
     record = plugin.start_record(p)
     assert record == {
@@ -124,12 +125,41 @@ def test_the_start_line_and_record_say_the_status(
         "tree": s.package_dir, "release": "0.5.16", "layout": "pre-refactor", "kernel": s.kernel,
         "variant": "racy-init", "sha256": s.sha256, "preconditions": "ok", "patched_by": "none",
         "state": "racy", "headline": s.headline, "exit": 1, "problem": s.headline, "fix": s.fix,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda_visible_devices": "3,4",
     }  # fmt: skip
     assert plugin.refuse_line(s) == (
         f"sglang-dsv4-fix: refusing to start: {s.headline} ({s.kernel}) "
         "(or set SGLANG_DSV4_FIX_MODE=warn to serve anyway)"
     )
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.11"])
+def test_an_unnamed_release_is_said_as_a_question_mark(
+    version: str, tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    root = tree_factory.installed(version, tmp_path / "sp")
+    _without_release(root)
+    status = plugin.inspect_tree(root / "sglang")
+    assert status.release is None
+    assert " release=? " in plugin.start_line(plugin._Process("warn", status, 0.0))
+
+
+@pytest.mark.parametrize("make", ["racy", "fixed", "barrier", "upstream fixed"])
+def test_a_releases_own_bytes_are_not_parsed(
+    make: str, tree_factory: TreeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every process judges at start: a release's original or fix is known by its sha256 (its
+    preconditions were checked when the manifest was made), the kernel is not classified again."""
+    case = next(c for c in FULL if c.name == make)
+    root = tree_factory.installed(case.version, tmp_path / "sp")
+    case.make(root)
+
+    def parse(text: str) -> None:
+        raise AssertionError("a release's own bytes were parsed")
+
+    monkeypatch.setattr(kernel, "classify", parse)
+    status = plugin.inspect_tree(root / "sglang")
+    assert (status.state, status.preconditions) == (case.fields["state"], "ok")
 
 
 def test_a_healthy_or_healed_start_is_said_so(tree_factory: TreeFactory, tmp_path: Path) -> None:
@@ -194,7 +224,36 @@ def _built(p: plugin._Process, so: Path | None, t0: float) -> dict[str, object]:
     return plugin._built_from(p, so, t0)
 
 
-def test_a_build_is_named_by_its_note_or_the_cache_model(
+def _so(build: Path, mtime: int = 1_700_000_000) -> Path:
+    """The build's .so with a whole-second mtime (so t0 - 1.0 is exact)."""
+    (so,) = build.glob("*.so")
+    os.utime(so, (mtime, mtime))
+    return so
+
+
+def test_a_build_is_named_by_the_cache_model_of_its_own_folder(
+    tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    """Each candidate source of an edited-after-apply tree, built into a cache that is not
+    TVM_FFI_CACHE_DIR's (the .so's own folder is what counts): named by origin, with the sha256
+    of the bytes it was built from and why."""
+    p = _process(tmp_path, tree_factory, "edited after apply")
+    tree = find_tree(Path(p.status.package_dir))
+    cache = tmp_path / "another-cache"
+    variants = {"current": "no-init", "original": "racy-init", "no-init": "no-init",
+                "barrier": "barrier"}  # fmt: skip
+    sources = jitcache.tree_sources(tree)
+    assert sorted(sources) == sorted(variants)
+    for origin, variant in variants.items():
+        so = _so(lay_build(cache, *real_dir(tree, origin, cache)))
+        assert _built(p, so, 1_700_000_060.0) == {
+            "compiled_now": False, "built_from": p.status.kernel, "built_variant": variant,
+            "built_sha256": hashlib.sha256(sources[origin]).hexdigest(),
+            "evidence": f"name hash matches this tree's {origin} kernel",
+        }, origin  # fmt: skip
+
+
+def test_a_build_is_named_by_its_note_or_this_call(
     tree_factory: TreeFactory, tmp_path: Path
 ) -> None:
     p = _process(tmp_path, tree_factory, "fixed")
@@ -204,34 +263,27 @@ def test_a_build_is_named_by_its_note_or_the_cache_model(
         "compiled_now": None, "built_from": "unknown", "built_variant": None,
         "built_sha256": None, "evidence": ".so not found in /proc/self/maps",
     }  # fmt: skip
-    racy = lay_build(cache, *real_dir(tree, "original", cache))
-    (so,) = racy.glob("*.so")
-    later = so.stat().st_mtime + 60
-    from_cache = _built(p, so, later)
-    assert from_cache["compiled_now"] is False
-    assert from_cache["built_variant"] == "racy-init"
-    assert from_cache["built_from"] == p.status.kernel
-    original = jitcache.tree_sources(tree)["original"]
-    assert from_cache["built_sha256"] == hashlib.sha256(original).hexdigest()
-
-    fixed = lay_build(cache, *real_dir(tree, "no-init", cache))
-    (so,) = fixed.glob("*.so")
-    assert _built(p, so, later)["built_variant"] == "no-init"
-
-    # a build this very call made (mtime at or after its start) is named from the kernel on
-    # disk, and the note left beside it speaks for it from then on
-    now = _built(p, so, so.stat().st_mtime)
-    assert now["compiled_now"] is True
-    assert now["built_variant"] == "no-init" and now["built_from"] == p.status.kernel
-    assert now["built_sha256"] == p.status.sha256
-    assert now["evidence"] == "compiled by this call from the kernel on disk; sidecar written"
-    assert _built(p, so, later) == {**now, "compiled_now": False,
-                                    "evidence": "sidecar beside the build"}  # fmt: skip
+    so = _so(lay_build(cache, *real_dir(tree, "no-init", cache)))
+    # not made by this call: modified more than a second before it started
+    assert _built(p, so, 1_700_000_001.5)["compiled_now"] is False
+    # made by this call (mtime no earlier than a second before its start): named from the
+    # kernel on disk, and the note left beside it speaks for it from then on
+    now = _built(p, so, 1_700_000_001.0)
+    assert now == {
+        "compiled_now": True, "built_from": p.status.kernel, "built_variant": "no-init",
+        "built_sha256": p.status.sha256,
+        "evidence": "compiled by this call from the kernel on disk; sidecar written",
+    }  # fmt: skip
+    assert _built(p, so, 1_700_000_060.0) == {
+        **now,
+        "compiled_now": False,
+        "evidence": "sidecar beside the build",
+    }
 
     stranger = cache / "some_other_module"
     stranger.mkdir()
     (stranger / "x.so").write_bytes(b"\x7fELF")
-    assert _built(p, stranger / "x.so", later) == {
+    assert _built(p, stranger / "x.so", 1_800_000_000.0) == {
         "compiled_now": False, "built_from": None, "built_variant": None,
         "built_sha256": None, "evidence": "not a build this tool can name",
     }  # fmt: skip
