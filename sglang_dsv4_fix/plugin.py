@@ -204,7 +204,7 @@ def inspect_tree(package_dir: Path) -> Status:
         state=v.state,
         headline=v.headline,
         problem=None if v.ok else v.headline,
-        fix=None if v.ok else v.fix,
+        fix=v.fix,  # None when the verdict is ok: it then has no problems
         exit_code=int(v.exit),
         tree_arg=tree_arg,
     )

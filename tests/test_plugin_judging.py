@@ -20,10 +20,10 @@ from test_jitcache import lay_build, real_dir
 from test_verdict import FULL, Full, _without_release
 from trees import TreeFactory
 
-from sglang_dsv4_fix import __version__, jitcache, kernel, plugin
+from sglang_dsv4_fix import __version__, jitcache, kernel, plugin, state
 from sglang_dsv4_fix.errors import FatalError
 from sglang_dsv4_fix.main import main
-from sglang_dsv4_fix.tree import find_tree
+from sglang_dsv4_fix.tree import Tree, find_tree
 
 OURS = f"sglang-dsv4-fix/{__version__}"
 # What the start line says of each state beyond the verdict: the preconditions ("ok" for a
@@ -131,6 +131,23 @@ def test_the_start_line_and_record_say_the_status(
         f"sglang-dsv4-fix: refusing to start: {s.headline} ({s.kernel}) "
         "(or set SGLANG_DSV4_FIX_MODE=warn to serve anyway)"
     )
+
+
+def test_the_tree_is_inspected_once(
+    tree_factory: TreeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every SGLang process pays for this at start: one read and hash of the kernel."""
+    root = tree_factory.installed("0.5.16", tmp_path / "sp")
+    calls = []
+    real = state.inspect
+
+    def counted(tree: Tree) -> state.KernelState:
+        calls.append(tree.kernel_path)
+        return real(tree)
+
+    monkeypatch.setattr(state, "inspect", counted)
+    assert plugin.inspect_tree(root / "sglang").state == "racy"
+    assert calls == [find_tree(root).kernel_path]
 
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.11"])
