@@ -29,6 +29,7 @@ from trees import TreeFactory
 
 from sglang_dsv4_fix import manifest, verdict
 from sglang_dsv4_fix.cacheclean import TRASH
+from sglang_dsv4_fix.plugin import Status
 from sglang_dsv4_fix.tree import Tree, find_tree
 
 pytestmark = pytest.mark.slow
@@ -493,18 +494,23 @@ def test_sigkill_at_every_step_of_a_heal_leaves_a_tree_the_next_start_heals(
 # --------------------------------------------------------------------------- the heal module itself
 
 
+def _heal_at_start(package: Path) -> tuple[Status, Status]:
+    """The status a process starts with, and what heal mode makes of it (in this process)."""
+    from sglang_dsv4_fix import heal, plugin
+
+    status = plugin.inspect_tree(package)
+    return status, heal.at_start(status, plugin.inspect_tree)
+
+
 def test_a_foreign_edit_in_a_git_checkout_is_not_healed(
     tree_factory: TreeFactory, tmp_path: Path
 ) -> None:
-    from sglang_dsv4_fix import heal, plugin
-
     root = tree_factory.git(VERSION, tmp_path / "repo")
     kernel = root / "python/sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
     kernel.write_bytes(kernel.read_bytes() + b"// a local note\n")
     before = kernel.read_bytes()
-    status = plugin.inspect_tree(root / "python/sglang")
+    status, after = _heal_at_start(root / "python/sglang")
     assert status.state == "racy"
-    after = heal.at_start(status, plugin.inspect_tree)
     assert (after.exit_code, after.healed) == (1, None)
     assert after.problem == (
         f"RACY: racy-init kernel0 (sgl-project/sglang#32467) (run: sglang-dsv4-fix apply --tree "
@@ -539,16 +545,14 @@ def test_an_unsafe_kernel_is_not_healed(tree_factory: TreeFactory, tmp_path: Pat
     """A fixed kernel launched outside its preconditions: heal rewrites only a racy one."""
     from test_verdict import edit, second_launch
 
-    from sglang_dsv4_fix import heal, plugin
     from sglang_dsv4_fix.rewrite import rewrite
 
     root = tree_factory.installed(VERSION, tmp_path / "sp")
     edit(root, lambda t: second_launch(rewrite(t, "no-init"), "512"))
     kernel = root / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
     before = kernel.read_bytes()
-    status = plugin.inspect_tree(root / "sglang")
+    status, after = _heal_at_start(root / "sglang")
     assert (status.state, status.exit_code) == ("unsafe", 3)
-    after = heal.at_start(status, plugin.inspect_tree)
     assert (after.exit_code, after.healed) == (3, None)
     assert after.problem == (
         f"{status.headline}; not healed: heal rewrites only a racy-init kernel, this one is "
@@ -562,8 +566,6 @@ def test_a_kernel_linked_from_elsewhere_is_not_healed_through_the_link(
 ) -> None:
     """The kernel a symlink to a file outside the tree: heal writes nothing there (apply's own
     refusal of a symlinked kernel, said on the start line) and the file outside stays."""
-    from sglang_dsv4_fix import heal, plugin
-
     root = tree_factory.installed(VERSION, tmp_path / "sp")
     kernel = root / "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
     outside = tmp_path / "elsewhere.cuh"
@@ -571,9 +573,8 @@ def test_a_kernel_linked_from_elsewhere_is_not_healed_through_the_link(
     outside.write_bytes(racy)
     kernel.unlink()
     kernel.symlink_to(outside)
-    status = plugin.inspect_tree(root / "sglang")
+    status, after = _heal_at_start(root / "sglang")
     assert (status.state, status.exit_code) == ("racy", 1)
-    after = heal.at_start(status, plugin.inspect_tree)
     assert (after.exit_code, after.healed) == (1, None)
     assert after.problem == (
         f"{status.headline}; not healed: {kernel}: is a symbolic link; refusing to write through it"
