@@ -51,7 +51,7 @@ class Provenance(Value):
         "written_by",
     )  # fmt: skip
 
-    def __init__(  # pragma: no mutate block (_fields reads its __kwdefaults__; see mutation.md)
+    def __init__(
         self,
         state: str,
         variant: str,
