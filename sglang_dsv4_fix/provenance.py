@@ -8,8 +8,10 @@ agree with the release manifest. A record that fails is damaged: reported, never
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import RECORD_LIMIT, Folder, atomic_write, held, read_regular, remove
@@ -20,6 +22,7 @@ STATES = ("pending", "applied")
 VARIANTS = ("no-init", "barrier")  # kernel.FIXED, without importing the classifier here
 METHODS = ("manifest-patch", "structural")
 WRITERS = ("cli", "plugin")
+DEFAULT_WRITER = "cli"  # what a record written before ``written_by`` existed was written by
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -50,6 +53,16 @@ class Provenance(Value):
         "variant",
         "written_by",
     )  # fmt: skip
+    # The optional fields and the value each takes when a record lacks it (records written before
+    # the field existed): ``__init__``'s keyword defaults and the reader (``_fields``) both.
+    OPTIONAL: ClassVar[Mapping[str, str | None]] = MappingProxyType(
+        {
+            "previous_variant": None,
+            "previous_sha256": None,
+            "previous_method": None,
+            "written_by": DEFAULT_WRITER,
+        }
+    )
 
     def __init__(
         self,
@@ -63,11 +76,11 @@ class Provenance(Value):
         time: str,
         kernel: str,
         backup: str,
-        *,  # the optional fields: a record may lack them (``_fields`` takes these defaults)
+        *,  # the optional fields, defaults as in ``OPTIONAL``
         previous_variant: str | None = None,
         previous_sha256: str | None = None,
         previous_method: str | None = None,
-        written_by: str = "cli",
+        written_by: str = DEFAULT_WRITER,
     ) -> None:
         self.state = state  # "pending" while the kernel is being replaced, then "applied"
         self.variant = variant
@@ -134,7 +147,7 @@ def _fields(path: Path, raw: dict[str, Any]) -> Provenance:
     nested = [k for k, v in raw.items() if isinstance(v, (dict, list))]
     if nested:
         raise DamagedRecord(path, f"nested value in {_show(nested[0])}")
-    optional: dict[str, Any] = Provenance.__init__.__kwdefaults__ or {}
+    optional = Provenance.OPTIONAL
     missing = [n for n in Provenance.__slots__ if n not in raw and n not in optional]
     if missing:
         raise DamagedRecord(path, f"missing {', '.join(missing)}")

@@ -8,6 +8,7 @@ reach the validation in-process, where mutation testing can see them.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -68,6 +69,20 @@ def test_an_old_record_without_the_optional_fields_reads(kernel: Path) -> None:
     record = provenance.read(kernel)
     assert record is not None and record.written_by == "cli"
     assert (record.previous_variant, record.previous_sha256, record.previous_method) == (None,) * 3
+
+
+def test_the_optional_fields_are_the_keyword_only_ones_with_their_defaults() -> None:
+    # the reader takes OPTIONAL's values for a record that lacks them; the constructor its own
+    # defaults: one list, or an old record would read differently from a new one made without them
+    keyword_only = {
+        p.name: p.default
+        for p in inspect.signature(Provenance.__init__).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert dict(Provenance.OPTIONAL) == keyword_only == {
+        "previous_variant": None, "previous_sha256": None, "previous_method": None,
+        "written_by": "cli",
+    }  # fmt: skip
 
 
 # Each case: the change to a good record, and the reason given.
