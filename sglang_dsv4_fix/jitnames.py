@@ -140,22 +140,26 @@ def source_hash(tree: Tree, data: bytes, scheme: Scheme) -> str:
 
     Depth-first over the kernel and the headers it includes, in the loader's own stack order;
     0.5.13 names each file by its absolute path and follows quoted includes only, 0.5.14+ by the
-    path relative to the kernel root and also ``<sgl_kernel/...>`` includes.
+    path relative to the kernel root and also ``<sgl_kernel/...>`` includes. Paths are strings
+    here, not ``Path``s: this runs in every server process whose cache holds a planner build, and
+    pathlib's parsing was two thirds of its time (30-odd headers, three paths each).
     """
     if scheme not in _QUOTED:
         raise ValueError(f"scheme {scheme} has no source hash")
-    root = tree.kernel_root.resolve()
+    root = os.path.realpath(tree.kernel_root)
     real = _Resolver()
-    kernel = real(root / "csrc" / CUDA_FILE)
+    kernel = real(os.path.join(root, "csrc", CUDA_FILE))
     digest = hashlib.sha256()
-    seen: set[Path] = set()
+    seen: set[str] = set()
     stack = [kernel]
     while stack:
         path = stack.pop()
-        if path in seen or not path.is_file():
+        if path in seen or not os.path.isfile(path):
             continue
         seen.add(path)
-        content = data if path == kernel else read_regular(path, KERNEL_LIMIT, "kernel header")
+        content = (
+            data if path == kernel else read_regular(Path(path), KERNEL_LIMIT, "kernel header")
+        )
         digest.update(_ident(path, root, scheme).encode())
         digest.update(b"\0")
         digest.update(content)
@@ -165,38 +169,41 @@ def source_hash(tree: Tree, data: bytes, scheme: Scheme) -> str:
 
 
 class _Resolver:
-    """``Path.resolve()``, as the loaders call it on every include, with each folder resolved once:
-    a header's path costs one ``lstat`` of its own instead of one per component (30-odd headers
-    of 8-10 components each, in every server process whose cache holds a planner build)."""
+    """The loaders' ``(folder / include).resolve()`` (``os.path.realpath``), with each folder
+    resolved once: a header's path costs one ``lstat`` of its own instead of one per component
+    (30-odd headers of 8-10 components each)."""
 
     def __init__(self) -> None:
-        self._folders: dict[Path, Path] = {}
+        self._folders: dict[str, str] = {}
 
-    def __call__(self, path: Path) -> Path:
-        folder = self._folders.get(path.parent)
+    def __call__(self, path: str) -> str:
+        parent, name = os.path.split(path)
+        if name in ("", ".", ".."):  # not a file name: resolve it whole, as the loader does
+            return os.path.realpath(path)
+        folder = self._folders.get(parent)
         if folder is None:
-            folder = self._folders[path.parent] = path.parent.resolve()
-        full = folder / path.name
-        return full.resolve() if full.is_symlink() else full
+            folder = self._folders[parent] = os.path.realpath(parent)
+        full = os.path.join(folder, name)
+        return os.path.realpath(full) if os.path.islink(full) else full
 
 
-def _ident(path: Path, root: Path, scheme: Scheme) -> str:
+def _ident(path: str, root: str, scheme: Scheme) -> str:
+    """The name the loader hashes a file under: its absolute path (0.5.13), else its path
+    relative to the kernel root (``Path.relative_to``), or its bare name outside that root."""
     if scheme == "content-name":
-        return str(path)
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return path.name
+        return path
+    under = os.path.join(root, "")
+    return path[len(under) :] if path.startswith(under) else os.path.basename(path)
 
 
-def _includes(
-    path: Path, content: bytes, root: Path, scheme: Scheme, real: _Resolver
-) -> list[Path]:
+def _includes(path: str, content: bytes, root: str, scheme: Scheme, real: _Resolver) -> list[str]:
     text = content.decode("utf-8", errors="ignore")
-    found = [real(path.parent / inc) for inc in _directives(_QUOTED[scheme], text)]
+    folder = os.path.dirname(path)
+    found = [real(os.path.join(folder, inc)) for inc in _directives(_QUOTED[scheme], text)]
     if scheme == "content-dir":
-        found += [real(root / "include" / inc) for inc in _directives(_ANGLE, text)]
-    return [p for p in found if p.is_file()]
+        include = os.path.join(root, "include")
+        found += [real(os.path.join(include, inc)) for inc in _directives(_ANGLE, text)]
+    return [p for p in found if os.path.isfile(p)]
 
 
 def _directives(pattern: str, text: str) -> list[str]:
