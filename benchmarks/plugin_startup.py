@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +54,15 @@ print("MS", (t1 - t0) * 1e3, int(loaded), ",".join(names) or "-")
 
 
 def measure(
-    arm: str, cache: Path, *path: Path, python: str | None = None, preload: str = SERVER
-) -> float:
+    arm: str, cache: Path, *path: Path, python: str | None = None, preload: str = SERVER,
+    cpu: int | None = None,
+) -> float:  # fmt: skip
     """One probe in a fresh interpreter: the tests' cached one, or ``python`` (gpu/plugin_cost.py
-    runs the GPU host's own, and says what it could ``preload``)."""
+    runs the GPU host's own, and says what it could ``preload``); on ``cpu`` alone if given."""
     env = {"TVM_FFI_CACHE_DIR": str(cache)}
     code = PROBE.replace("PRELOAD", preload)
+    if cpu is not None:  # before torch's import, which sizes its thread pool by the CPUs it may use
+        code = f"import os; os.sched_setaffinity(0, {{{cpu}}})" + code
     if python is None:
         from plugin_env import run_python
 
@@ -126,15 +132,36 @@ def trees(tmp: Path, racy: Path | None = None) -> dict[str, tuple[Path, Path]]:
 def run(
     rounds: int, cases: dict[str, tuple[Path, Path]], sites: dict[str, tuple[Path, ...]],
     extra: tuple[Path, ...] = (), python: str | None = None, preload: str = SERVER,
+    cpus: Sequence[int] = (),
 ) -> dict[tuple[str, str], list[float]]:  # fmt: skip
-    """Every arm of every tree, ``rounds`` times, the arms' order rotating each round."""
+    """Every arm of every tree, ``rounds`` times, the arms' order rotating each round. With
+    ``cpus``, one probe runs on each of them at a time (each pinned to its own CPU), in the same
+    order; otherwise one probe at a time."""
+    jobs = [
+        (tree, arm)
+        for i in range(rounds)
+        for tree in cases
+        for arm in ARMS[i % 3 :] + ARMS[: i % 3]
+    ]
+    free: queue.Queue[int | None] = queue.Queue()
+    for cpu in cpus or (None,):
+        free.put(cpu)
+
+    def one(job: tuple[str, str]) -> float:
+        (tree, arm), cpu = job, free.get()
+        site, cache = cases[tree]
+        try:
+            return measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload,
+                           cpu=cpu)  # fmt: skip
+        finally:
+            free.put(cpu)
+
     samples: dict[tuple[str, str], list[float]] = {}
-    for i in range(rounds):
-        order = ARMS[i % 3 :] + ARMS[: i % 3]
-        for tree, (site, cache) in cases.items():
-            for arm in order:
-                ms = measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload)
-                samples.setdefault((tree, arm), []).append(ms)
+    with ThreadPoolExecutor(max(1, len(cpus))) as pool:
+        for n, (job, ms) in enumerate(zip(jobs, pool.map(one, jobs), strict=True), 1):
+            samples.setdefault(job, []).append(ms)
+            if n % len(ARMS * len(cases)) == 0:
+                print(f"round {n // len(ARMS * len(cases))}/{rounds}", file=sys.stderr)
     return samples
 
 
@@ -143,6 +170,9 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--cpus", type=cpus_arg, default=(),
+                        help="run one probe per CPU at a time, each pinned (e.g. 2-9); default: "
+                             "one probe at a time, unpinned")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -150,8 +180,17 @@ def main() -> int:
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (install_self(tmp / "self"),)}  # fmt: skip
         cases = trees(tmp)
-        samples = run(args.rounds, cases, sites, (server_site(),))
+        samples = run(args.rounds, cases, sites, (server_site(),), cpus=args.cpus)
     return table(samples, cases, args.rounds)
+
+
+def cpus_arg(text: str) -> tuple[int, ...]:
+    """``2-9`` or ``2,4,6``."""
+    out: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return tuple(out)
 
 
 def table(samples: dict[tuple[str, str], list[float]], cases: dict[str, Any], rounds: int) -> int:

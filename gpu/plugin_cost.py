@@ -1,12 +1,12 @@
 """The plugin's start cost on the GPU host (benchmarks/plugin_startup.py's probe and arms, run
 with this host's own Python instead of the tests' cached interpreter).
 
-Usage: python3 gpu/plugin_cost.py SELF_SITE RELEASE_TREE EXTRA_SITE [ROUNDS]
+Usage: python3 gpu/plugin_cost.py SELF_SITE RELEASE_TREE EXTRA_SITE [ROUNDS [CPUS]]
 SELF_SITE: this package pip-installed with its entry point; RELEASE_TREE: an unpacked SGLang
 0.5.16 wheel (with its dist-info); EXTRA_SITE: what the release needs beyond this host's site
 (apache-tvm-ffi, small packages). Preloads ``torch, sglang.srt.server_args`` as every server
 process has them, or, if the host cannot import ``server_args``, ``torch, sglang.srt.utils`` and
-says so.
+says so. CPUS (``2-9``): one probe per CPU at a time, each pinned to its own.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from plugin_startup import SERVER, empty_plugin, run, table, trees
+from plugin_startup import SERVER, cpus_arg, empty_plugin, run, table, trees
 
 
-def main(self_site: str, release: str, extra: str, rounds: int = 8) -> int:
+def main(self_site: str, release: str, extra: str, rounds: str = "8", cpus: str = "") -> int:
     preload = SERVER
     path = f"{release}:{extra}"
     probe = subprocess.run((sys.executable, "-c", f"import {SERVER}"), capture_output=True,
@@ -36,9 +36,10 @@ def main(self_site: str, release: str, extra: str, rounds: int = 8) -> int:
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (Path(self_site),)}  # fmt: skip
         cases = trees(tmp, Path(release))
-        samples = run(rounds, cases, sites, (Path(extra),), sys.executable, preload)
-    return table(samples, cases, rounds)
+        samples = run(int(rounds), cases, sites, (Path(extra),), sys.executable, preload,
+                      cpus_arg(cpus) if cpus else ())  # fmt: skip
+    return table(samples, cases, int(rounds))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(*sys.argv[1:4], *(int(a) for a in sys.argv[4:5])))
+    raise SystemExit(main(*sys.argv[1:6]))
