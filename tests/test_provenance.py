@@ -178,3 +178,18 @@ def test_discard_takes_the_record_and_the_backup_only(kernel: Path, held: bool) 
     after = sorted(p.name for p in kernel.parent.iterdir() if not p.name.endswith(".lock"))
     gone = {provenance.record_path(kernel).name, provenance.backup_path(kernel).name}
     assert after == sorted(set(before) - gone)
+
+
+def test_discard_under_the_lock_takes_them_from_the_locked_folder(kernel: Path) -> None:
+    # the folder renamed and another put at its path while the lock is held: the record and the
+    # backup go from the folder the lock holds (by descriptor), the new folder's are left
+    names = (provenance.record_path(kernel).name, provenance.backup_path(kernel).name)
+    moved = kernel.parent.with_name("moved")
+    with file_lock(kernel.parent):
+        kernel.parent.rename(moved)
+        kernel.parent.mkdir()
+        for name in names:
+            (kernel.parent / name).write_bytes(b"not ours")
+        provenance.discard(kernel)
+    assert not any((moved / name).exists() for name in names)
+    assert all((kernel.parent / name).read_bytes() == b"not ours" for name in names)
