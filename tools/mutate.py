@@ -81,9 +81,12 @@ MODULES: dict[str, Target] = {
     # the record's validation, in-process (test_provenance.py), and its durable writes; the CLI
     # tests of hostile records run in a subprocess, out of mutmut's reach
     "provenance": Target(("tests/test_provenance.py", "tests/test_durability.py")),
-    # apply/revert's transaction through main() in-process (65 tests, ~12 s here); the CLI, kill
-    # and folder-swap tests run it in subprocesses, out of mutmut's reach
-    "transaction": Target(("tests/test_durability.py", "tests/test_bad_input.py")),
+    # apply/revert's transaction in-process: each step's outcome on disk, recovery, the refusals
+    # and real failed writes (test_transaction.py, ~7 s), and through main() (durability, bad
+    # input: ~12 s); the CLI, kill and folder-swap tests run it in subprocesses, out of reach
+    "transaction": Target(
+        ("tests/test_transaction.py", "tests/test_durability.py", "tests/test_bad_input.py")
+    ),
     # the plugin's judging (its status is the verdict; the start line and record say it) and its
     # judging of a loaded build; the hooks and I/O run only under SGLang's loader (subprocess
     # tests: test_plugin.py, test_plugin_jit.py), out of mutmut's reach

@@ -1,0 +1,708 @@
+"""apply and revert's transaction, in this process, on a real 0.5.16 tree: what each step leaves on
+disk (bytes, modes, owners, the record's fields), how a torn run is finished or rolled back, and
+the exact refusal for each way it can go wrong.
+
+The write failures are real: the process's file-size limit (``RLIMIT_FSIZE``, with ``SIGXFSZ``
+ignored) makes a write of more bytes than the limit fail with ``EFBIG``, as a full disk would,
+after the smaller writes before it succeeded. The CLI, kill and folder-swap tests
+(test_crash_consistency.py, test_folder_swap.py, test_hostile_files.py) show the same through
+subprocesses; these reach the code in-process, where mutation testing can see them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_jitcache import lay_build, real_dir
+from trees import TreeFactory, extract
+
+from sglang_dsv4_fix import __version__, manifest, provenance, transaction
+from sglang_dsv4_fix.errors import Exit, FatalError
+from sglang_dsv4_fix.fsops import file_lock, sha256_bytes, temp_name
+from sglang_dsv4_fix.provenance import Provenance
+from sglang_dsv4_fix.rewrite import Target, rewrite
+from sglang_dsv4_fix.state import inspect
+from sglang_dsv4_fix.tree import Tree, find_tree
+from sglang_dsv4_fix.verdict import Options
+
+RELEASE = manifest.load().releases["0.5.16"]
+BASE = str(RELEASE.sha256)  # every release in the manifest has its original's
+NO_INIT = RELEASE.results["no-init"].sha256
+BARRIER = RELEASE.results["barrier"].sha256
+RECORD = ".c_plan.cuh.sglang-dsv4-fix.json"
+BACKUP = ".c_plan.cuh.sglang-dsv4-fix.orig"
+OWNER = (4242, 4343)  # not root's: a write that drops the owner leaves root's
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+
+
+# What apply and revert read of an installed tree (the dist-info comes with every extract): the
+# mutation run repeats these tests for every mutant, so each copies 5 files, not the 840 of a
+# full tree (the JIT-cache test takes one of those).
+SLIM = ("sglang/__init__.py", "sglang/version.py", "sglang/_version.py",
+        "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh")  # fmt: skip
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Tree:
+    return find_tree(extract("0.5.16", tmp_path / "sp", SLIM))
+
+
+def kernel_of(tree: Tree) -> Path:
+    assert tree.kernel_path is not None
+    return tree.kernel_path
+
+
+def apply(tree: Tree, variant: Target = "no-init") -> transaction.Applied:
+    return transaction.apply_fix(tree, variant, Options(), clear_cache=False)
+
+
+def record_of(kernel: Path) -> Provenance:
+    record = provenance.read(kernel)
+    assert record is not None
+    return record
+
+
+def expected(variant: str, result: str, time: str, written_by: str = "cli") -> Provenance:
+    """The applied record of a manifest-patch of 0.5.16's kernel to ``variant``."""
+    return Provenance(
+        "applied", variant, "manifest-patch", "0.5.16", BASE, result, __version__, time,
+        "c_plan.cuh", BACKUP, written_by=written_by,
+    )  # fmt: skip
+
+
+def listing(folder: Path) -> dict[str, tuple[int, int, int, int, str]]:
+    """Every entry: (inode, mode, uid, gid, sha256) — a rewrite changes the inode."""
+    out = {}
+    for p in sorted(folder.iterdir()):
+        st = p.lstat()
+        data = sha256_bytes(p.read_bytes()) if stat.S_ISREG(st.st_mode) else ""
+        out[p.name] = (st.st_ino, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, data)
+    return out
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def owner(path: Path) -> tuple[int, int]:
+    st = path.lstat()
+    return st.st_uid, st.st_gid
+
+
+@contextlib.contextmanager
+def file_size_limit(size: int) -> Iterator[None]:
+    """Writes past ``size`` bytes fail with EFBIG (File too large) inside the block."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def raised(kernel: Path, fn: object, *args: object) -> FatalError:
+    """The FatalError ``fn(*args)`` raises under the folder's lock."""
+    assert callable(fn)
+    with file_lock(kernel.parent), pytest.raises(FatalError) as caught:
+        fn(*args)
+    return caught.value
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def test_apply_keeps_the_original_and_records_the_write(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    kernel.chmod(0o640)
+    done = apply(tree)
+    assert (done.written, done.removed, done.cache_warning) == (True, (), None)
+    assert done.plan.message == f"known base (release 0.5.16); no-init -> sha256 {NO_INIT[:16]}…"
+    assert sha256_bytes(kernel.read_bytes()) == NO_INIT and mode(kernel) == 0o640
+    backup = kernel.with_name(BACKUP)
+    assert backup.read_bytes() == original and mode(backup) == 0o444
+    assert mode(kernel.with_name(RECORD)) == 0o644
+    record = record_of(kernel)
+    assert record == expected("no-init", NO_INIT, record.time, written_by="cli")
+    assert done.plan.record == record._replace(state="pending")  # the plan it carried out
+
+
+@as_root
+def test_apply_gives_every_file_the_kernel_owner(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    os.chown(kernel, *OWNER)
+    apply(tree)
+    assert [owner(kernel.with_name(n)) for n in ("c_plan.cuh", BACKUP, RECORD)] == [OWNER] * 3
+
+
+def test_apply_records_who_wrote_it(tree: Tree) -> None:
+    done = transaction.apply_fix(tree, "no-init", Options(), written_by="plugin", clear_cache=False)
+    assert done.written and record_of(kernel_of(tree)).written_by == "plugin"
+
+
+def test_apply_on_a_fixed_kernel_writes_nothing(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    before = listing(kernel.parent)
+    done = apply(tree)
+    assert (done.written, done.plan.action, done.plan.message, done.removed) == (
+        False, "none", "already fixed (no-init); nothing to do", ()
+    )  # fmt: skip
+    assert listing(kernel.parent) == before
+
+
+# --------------------------------------------------------------------------- the variant switch
+
+
+def test_switch_plans_the_other_variant_from_the_backup(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    apply(tree)
+    applied = record_of(kernel)
+    before = listing(kernel.parent)
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    assert listing(kernel.parent) == before  # planning writes nothing
+    assert plan.action == "write"
+    assert plan.message == f"known base (release 0.5.16); barrier -> sha256 {BARRIER[:16]}…"
+    assert sha256_bytes(plan.new_data) == BARRIER
+    assert plan.new_data == transaction._from_manifest(original.decode(), RELEASE, "barrier")
+    assert (plan.replaces_sha256, plan.replaces_record) == (NO_INIT, applied)
+    assert plan.record is not None
+    assert plan.record == expected("barrier", BARRIER, plan.record.time)._replace(
+        state="pending",
+        previous_variant="no-init",
+        previous_sha256=NO_INIT,
+        previous_method="manifest-patch",
+    )
+
+
+def test_switch_replaces_the_kernel_once_and_keeps_the_backup(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    backup = listing(kernel.parent)[BACKUP]
+    done = apply(tree, "barrier")
+    assert done.written and sha256_bytes(kernel.read_bytes()) == BARRIER
+    assert listing(kernel.parent)[BACKUP] == backup  # not rewritten: the same file
+    record = record_of(kernel)
+    assert record == expected("barrier", BARRIER, record.time)
+    apply(tree, "no-init")
+    assert sha256_bytes(kernel.read_bytes()) == NO_INIT
+    assert record_of(kernel) == expected("no-init", NO_INIT, record_of(kernel).time)
+    assert listing(kernel.parent)[BACKUP] == backup
+
+
+def test_switch_of_a_structural_fix_starts_from_the_recorded_original(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    fork = kernel.read_bytes() + b"// a fork's note\n"
+    kernel.write_bytes(fork)
+    apply(tree)
+    first = record_of(kernel)
+    done = apply(tree, "barrier")
+    new = rewrite(fork.decode(), "barrier").encode()
+    assert kernel.read_bytes() == new and kernel.with_name(BACKUP).read_bytes() == fork
+    base = sha256_bytes(fork)
+    assert done.plan.message == (
+        f"base is unknown (sha256 {base[:16]}…): rewrote kernel0 structurally; "
+        f"barrier -> sha256 {sha256_bytes(new)[:16]}…"
+    )
+    assert done.plan.replaces_record == first
+    record = record_of(kernel)
+    assert record == Provenance(
+        "applied", "barrier", "structural", "0.5.16", base, sha256_bytes(new), __version__,
+        record.time, "c_plan.cuh", BACKUP,
+    )  # fmt: skip
+    assert (first.method, first.base_sha256) == ("structural", base)
+
+
+def test_switch_refuses_a_backup_changed_after_planning(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    backup = kernel.with_name(BACKUP)
+    backup.chmod(0o644)
+    backup.write_bytes(backup.read_bytes() + b"// swapped\n")
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (f"{backup}: does not hold the recorded original; refusing", 6)
+    assert listing(kernel.parent) == before
+
+
+# --------------------------------------------------------------------------- commit_plan
+
+
+def test_commit_refuses_a_kernel_changed_since_planning(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    kernel.write_bytes(kernel.read_bytes() + b"// meanwhile\n")
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (f"{kernel}: changed while planning; run again", Exit.REFUSED)
+    assert listing(kernel.parent) == before
+
+
+def test_commit_of_a_switch_checks_the_kernel_it_replaces(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    kernel.write_bytes(kernel.with_name(BACKUP).read_bytes())  # the original: not what it replaces
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (f"{kernel}: changed while planning; run again", Exit.REFUSED)
+    assert listing(kernel.parent) == before
+
+
+def test_commit_keeps_a_backup_that_already_holds_the_original(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    backup = kernel.with_name(BACKUP)
+    backup.write_bytes(kernel.read_bytes())
+    backup.chmod(0o600)
+    kept = listing(kernel.parent)[BACKUP]
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    with file_lock(kernel.parent):
+        transaction.commit_plan(kernel, plan)
+    assert listing(kernel.parent)[BACKUP] == kept
+    assert sha256_bytes(kernel.read_bytes()) == NO_INIT
+
+
+def test_commit_replaces_a_backup_of_other_bytes(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    backup = kernel.with_name(BACKUP)
+    backup.write_bytes(b"left by someone\n")
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    with file_lock(kernel.parent):
+        transaction.commit_plan(kernel, plan)
+    assert backup.read_bytes() == original and mode(backup) == 0o444
+
+
+def test_a_plan_without_replaces_checks_the_recorded_base(tree: Tree) -> None:
+    """revert --commit's way back: the patched kernel written again from its old record."""
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    apply(tree)
+    old, patched = record_of(kernel), kernel.read_bytes()
+    with file_lock(kernel.parent):
+        transaction.revert(kernel)
+    plan = transaction.Plan("write", "restore", patched, old._replace(state="pending"))
+    with file_lock(kernel.parent):
+        transaction.commit_plan(kernel, plan)
+    assert kernel.read_bytes() == patched and record_of(kernel) == old
+    assert kernel.with_name(BACKUP).read_bytes() == original
+
+
+# --------------------------------------------------------------------------- failed writes
+
+
+def test_a_failed_backup_write_changes_nothing(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    before = listing(kernel.parent)
+    with file_size_limit(4096):
+        e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (
+        f"{kernel.parent}: cannot write (File too large); nothing changed",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
+
+
+def test_a_failed_kernel_write_takes_back_the_backup_and_the_record(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    size = len(kernel.read_bytes())
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    assert len(plan.new_data) > size  # the barrier adds a line: the backup fits, the kernel not
+    before = listing(kernel.parent)
+    with file_size_limit(size):
+        e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (
+        f"{kernel.parent}: cannot write (File too large); nothing changed",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
+
+
+def test_a_failed_kernel_write_keeps_a_backup_it_did_not_write(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    kernel.with_name(BACKUP).write_bytes(kernel.read_bytes())
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    before = listing(kernel.parent)
+    with file_size_limit(4096):
+        e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert str(e) == f"{kernel.parent}: cannot write (File too large); nothing changed"
+    assert listing(kernel.parent) == before
+
+
+def test_a_failed_switch_puts_the_old_record_back(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    record = kernel.with_name(RECORD).read_bytes()
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    with file_size_limit(4096):
+        e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert str(e) == f"{kernel.parent}: cannot write (File too large); nothing changed"
+    assert kernel.with_name(RECORD).read_bytes() == record
+    assert sha256_bytes(kernel.read_bytes()) == NO_INIT
+
+
+@as_root
+def test_a_failed_switch_puts_the_old_record_back_with_its_owner(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    os.chown(kernel, *OWNER)
+    apply(tree)
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    with file_size_limit(4096):
+        raised(kernel, transaction.commit_plan, kernel, plan)
+    assert owner(kernel.with_name(RECORD)) == OWNER
+
+
+def test_a_failed_revert_changes_nothing(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    before = listing(kernel.parent)
+    with file_size_limit(4096):
+        e = raised(kernel, transaction.revert, kernel)
+    assert (str(e), e.code) == (
+        f"{kernel.parent}: cannot write (File too large); nothing changed",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
+
+
+def test_a_failed_recovery_says_the_next_run_finishes(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    provenance.write(kernel, record_of(kernel)._replace(state="pending"))
+    before = listing(kernel.parent)
+    with file_size_limit(100):
+        e = raised(kernel, transaction.recover, kernel)
+    assert (str(e), e.code) == (
+        f"{kernel.parent}: cannot write (File too large); the next run finishes or rolls back",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
+
+
+def test_undo_runs_every_step_last_first_and_says_whether_all_worked(tmp_path: Path) -> None:
+    tmp_path = tmp_path / "steps"
+    tmp_path.mkdir()
+    done: list[str] = []
+    for name in ("a", "c"):
+        (tmp_path / name).write_bytes(b"")
+
+    def unlink(name: str) -> None:
+        (tmp_path / name).unlink()  # raises FileNotFoundError (an OSError) for "b"
+        done.append(name)
+
+    assert (
+        transaction._undo([lambda: unlink("a"), lambda: unlink("b"), lambda: unlink("c")]) is False
+    )
+    assert done == ["c", "a"] and not list(tmp_path.iterdir())
+    (tmp_path / "a").write_bytes(b"")
+    (tmp_path / "c").write_bytes(b"")
+    done.clear()
+    assert transaction._undo([lambda: unlink("a"), lambda: unlink("c")]) is True
+    assert done == ["c", "a"]
+    assert transaction._undo([]) is True
+
+
+def test_restore_record_undoes_the_record_write(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    old = record_of(kernel)
+    with file_lock(kernel.parent):
+        put_back = transaction._restore_record(kernel, old, OWNER)
+        drop = transaction._restore_record(kernel, None, OWNER)
+        provenance.write(kernel, old._replace(state="pending", written_by="plugin"))
+        put_back()
+        assert record_of(kernel) == old
+        if os.geteuid() == 0:
+            assert owner(kernel.with_name(RECORD)) == OWNER
+        drop()
+    assert provenance.read(kernel) is None and kernel.with_name(BACKUP).is_file()
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def pending(kernel: Path, **changes: str | None) -> Provenance:
+    """Rewrite the record as a killed run left it (state "pending", plus ``changes``)."""
+    record = record_of(kernel)._replace(state="pending", **changes)
+    provenance.write(kernel, record)
+    return record
+
+
+def recover(kernel: Path) -> None:
+    with file_lock(kernel.parent):
+        transaction.recover(kernel)
+
+
+def test_recover_marks_a_landed_write_applied(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    if os.geteuid() == 0:
+        os.chown(kernel, *OWNER)
+    apply(tree)
+    record = pending(kernel)
+    recover(kernel)
+    assert record_of(kernel) == record._replace(state="applied")
+    assert kernel.with_name(BACKUP).is_file() and sha256_bytes(kernel.read_bytes()) == NO_INIT
+    if os.geteuid() == 0:
+        assert owner(kernel.with_name(RECORD)) == OWNER
+
+
+def switch_pending(tree: Tree, land: bool) -> Provenance:
+    """A switch to barrier killed before (``land`` False) or after the kernel was replaced."""
+    kernel = kernel_of(tree)
+    apply(tree)
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    assert plan.record is not None
+    provenance.write(kernel, plan.record)
+    if land:
+        kernel.write_bytes(plan.new_data)
+    return plan.record
+
+
+def test_recover_finishes_a_landed_switch(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    record = switch_pending(tree, land=True)
+    recover(kernel)
+    assert record_of(kernel) == expected("barrier", BARRIER, record.time)
+
+
+@pytest.mark.parametrize("as_owner", [False, True])
+def test_recover_rolls_back_a_switch_that_never_landed(tree: Tree, as_owner: bool) -> None:
+    if as_owner and os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    kernel = kernel_of(tree)
+    if as_owner:
+        os.chown(kernel, *OWNER)
+    record = switch_pending(tree, land=False)
+    recover(kernel)
+    assert record_of(kernel) == expected("no-init", NO_INIT, record.time)
+    assert sha256_bytes(kernel.read_bytes()) == NO_INIT
+    assert owner(kernel.with_name(RECORD)) == (OWNER if as_owner else (os.geteuid(), os.getegid()))
+
+
+@pytest.mark.parametrize("state", ["pending", "applied"])
+def test_recover_drops_record_and_backup_when_the_kernel_is_the_original(
+    tree: Tree, state: str
+) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    apply(tree)
+    provenance.write(kernel, record_of(kernel)._replace(state=state))
+    kernel.write_bytes(original)  # an apply killed before the replace, a revert after it
+    recover(kernel)
+    assert not kernel.with_name(RECORD).exists() and not kernel.with_name(BACKUP).exists()
+    assert kernel.read_bytes() == original
+
+
+@pytest.mark.parametrize("switch", [False, True])
+def test_recover_refuses_a_pending_record_whose_kernel_changed(tree: Tree, switch: bool) -> None:
+    kernel = kernel_of(tree)
+    if switch:
+        switch_pending(tree, land=False)
+    else:
+        apply(tree)
+        pending(kernel)
+    kernel.write_bytes(kernel.read_bytes() + b"// someone else\n")
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.recover, kernel)
+    assert (str(e), e.code) == (
+        f"{kernel}: changed during an interrupted apply; inspect by hand",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
+
+
+@pytest.mark.parametrize("edit", [False, True])
+def test_recover_leaves_a_settled_record_alone(tree: Tree, edit: bool) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    if edit:  # someone else's change to our fix: verify and revert report it, recovery not
+        kernel.write_bytes(kernel.read_bytes() + b"// someone else\n")
+    before = listing(kernel.parent)
+    recover(kernel)
+    assert listing(kernel.parent) == before
+
+
+def test_recover_drops_only_our_temp_files_and_a_lone_backup_of_the_kernel(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    ours = [temp_name(n) for n in ("c_plan.cuh", RECORD, BACKUP)]
+    for name in ours:
+        kernel.with_name(name).write_bytes(b"torn")
+    kernel.with_name(".c_plan.cuh.x.tmp").write_bytes(b"a user's")
+    kernel.with_name(BACKUP).write_bytes(kernel.read_bytes())
+    recover(kernel)
+    names = {p.name for p in kernel.parent.iterdir()}
+    assert not names & {*ours, BACKUP} and ".c_plan.cuh.x.tmp" in names
+
+
+def test_recover_keeps_a_lone_backup_of_other_bytes(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    kernel.with_name(BACKUP).write_bytes(b"not the kernel\n")
+    before = listing(kernel.parent)
+    recover(kernel)
+    assert listing(kernel.parent) == before
+
+
+# --------------------------------------------------------------------------- revert
+
+
+def test_revert_restores_the_original_with_its_mode(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    kernel.chmod(0o640)
+    apply(tree)
+    with file_lock(kernel.parent):
+        message = transaction.revert(kernel)
+    assert message == f"restored the original kernel (sha256 {BASE[:16]}…)"
+    assert kernel.read_bytes() == original and mode(kernel) == 0o640
+    assert not kernel.with_name(RECORD).exists() and not kernel.with_name(BACKUP).exists()
+
+
+@as_root
+def test_revert_keeps_the_kernel_owner(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    os.chown(kernel, *OWNER)
+    apply(tree)
+    with file_lock(kernel.parent):
+        transaction.revert(kernel)
+    assert owner(kernel) == OWNER
+
+
+def test_revert_without_a_record_changes_nothing(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    before = listing(kernel.parent)
+    with file_lock(kernel.parent):
+        message = transaction.revert(kernel)
+    assert message == "nothing to revert: the kernel was not patched by sglang-dsv4-fix"
+    assert listing(kernel.parent) == before
+
+
+def test_revert_refuses_someone_else_s_change(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    kernel.write_bytes(kernel.read_bytes() + b"// someone else\n")
+    now = sha256_bytes(kernel.read_bytes())
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.revert, kernel)
+    assert (str(e), e.code) == (
+        f"{kernel}: sha256 {now[:16]}… is not what sglang-dsv4-fix wrote ({NO_INIT[:16]}…); "
+        "refusing to revert someone else's change",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
+
+
+# --------------------------------------------------------------------------- the backup
+
+
+def test_revertible_gives_the_backup_without_the_lock(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    apply(tree)
+    assert transaction.revertible(kernel, record_of(kernel), NO_INIT) == original
+
+
+@pytest.mark.parametrize("locked", [False, True])
+def test_a_backup_that_is_a_link_is_refused(tree: Tree, locked: bool) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    apply(tree)
+    backup = kernel.with_name(BACKUP)
+    backup.unlink()
+    (kernel.parent / "elsewhere").write_bytes(original)
+    backup.symlink_to(kernel.parent / "elsewhere")
+    record = record_of(kernel)
+    why = "cannot read the backup (a symbolic link)"
+    with file_lock(kernel.parent) if locked else contextlib.nullcontext():
+        assert transaction.backup_verdict(kernel, record) == why
+        with pytest.raises(FatalError) as caught:
+            transaction.original_bytes(kernel, record)
+    assert (str(caught.value), caught.value.code) == (f"{backup}: {why}; refusing", Exit.REFUSED)
+
+
+@pytest.mark.parametrize(("locked", "code"), [(False, Exit.NOT_FOUND), (True, Exit.REFUSED)])
+def test_a_missing_backup_is_named(tree: Tree, locked: bool, code: Exit) -> None:
+    kernel = kernel_of(tree)
+    lock = file_lock(kernel.parent) if locked else contextlib.nullcontext()
+    with lock, pytest.raises(FatalError) as caught:
+        transaction._read_backup(kernel)
+    assert (str(caught.value), caught.value.code) == (
+        f"{kernel.with_name(BACKUP)}: cannot read the backup (No such file or directory)",
+        code,
+    )
+
+
+def test_a_backup_of_other_bytes_is_named(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    backup = kernel.with_name(BACKUP)
+    backup.chmod(0o644)
+    other = b"other\n"
+    backup.write_bytes(other)
+    assert transaction.backup_verdict(kernel, record_of(kernel)) == (
+        f"does not hold the recorded original (sha256 {sha256_bytes(other)[:16]}…, "
+        f"recorded {BASE[:16]}…)"
+    )
+
+
+def test_under_the_lock_the_backup_is_read_from_the_locked_folder(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    apply(tree)
+    with file_lock(kernel.parent):
+        kernel.parent.rename(kernel.parent.with_name("moved"))
+        kernel.parent.mkdir()
+        kernel.with_name(BACKUP).write_bytes(b"a decoy at the old path\n")
+        assert transaction._read_backup(kernel) == original
+
+
+# --------------------------------------------------------------------------- the JIT cache
+
+
+def test_drop_stale_builds_removes_the_racy_build(
+    tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    tree = find_tree(tree_factory.installed("0.5.16", tmp_path / "full"))
+    root = tmp_path / "cache"
+    racy = lay_build(root, *real_dir(tree, "original", root))
+    fixed = lay_build(root, *real_dir(tree, "no-init", root))
+    apply(tree)
+    removed, warning = transaction.drop_stale_builds(tree, str(root))
+    assert warning is None
+    assert [(r.path, r.outcome) for r in removed] == [(racy, "removed")]
+    assert not os.path.lexists(racy) and fixed.is_dir()
+
+
+def test_drop_stale_builds_reports_a_cache_it_cannot_clear(tree: Tree, tmp_path: Path) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "cat.jpg").write_bytes(b"\xff\xd8")
+    assert transaction.drop_stale_builds(tree, str(photos)) == (
+        (),
+        f"JIT cache not cleared: refusing to clear {photos}: not a TVM-FFI cache (no entry is a "
+        "tvm-ffi build by its name and files)",
+    )
+    assert transaction.drop_stale_builds(tree, str(tmp_path / "none")) == ((), None)
+
+
+def test_apply_fix_clears_the_cache_it_is_given(tree: Tree, tmp_path: Path) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "cat.jpg").write_bytes(b"\xff\xd8")
+    done = transaction.apply_fix(tree, "no-init", Options(cache_dir=str(photos)))
+    assert done.written and done.removed == ()
+    assert done.cache_warning == (
+        f"JIT cache not cleared: refusing to clear {photos}: not a TVM-FFI cache (no entry is a "
+        "tvm-ffi build by its name and files)"
+    )
