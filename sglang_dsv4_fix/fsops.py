@@ -54,7 +54,7 @@ def read_regular(
     path: Path,
     limit: int,
     what: str,
-    code: Exit = Exit.NOT_FOUND,
+    code: int = Exit.NOT_FOUND,
     *,
     follow: bool = True,
     dir_fd: int | None = None,
@@ -77,7 +77,7 @@ def read_regular(
         os.close(fd)
 
 
-def _read_fd(fd: int, path: Path, limit: int, what: str, code: Exit) -> bytes:
+def _read_fd(fd: int, path: Path, limit: int, what: str, code: int) -> bytes:
     st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):  # as open(2) of a folder for writing would say
         raise FatalError(f"{path}: cannot read the {what} (Is a directory)", code)
@@ -175,7 +175,7 @@ class Folder:
         st = self.stat(name)
         return st is not None and stat.S_ISREG(st.st_mode)
 
-    def read(self, name: str, limit: int, what: str, code: Exit = Exit.REFUSED) -> bytes:
+    def read(self, name: str, limit: int, what: str, code: int = Exit.REFUSED) -> bytes:
         return read_regular(self.path / name, limit, what, code, follow=False, dir_fd=self.fd)
 
     def names(self) -> list[str]:

@@ -105,7 +105,7 @@ class Verdict(Value):
     def __init__(
         self,
         state: State,
-        exit: Exit,
+        exit: int,
         headline: str,
         variant: str,
         sha256: str | None,

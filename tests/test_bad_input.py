@@ -322,7 +322,7 @@ def scan_logs_folder(c: Ctx) -> list[str]:
 @dataclass
 class Case:
     setup: Setup
-    code: Exit
+    code: int
     message: str  # regular expression for the whole stderr (one line), {tmp} = the tmp folder
     stdout: str = ""  # when stderr is empty (verify, --check): regular expression for stdout
 

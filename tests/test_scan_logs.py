@@ -328,7 +328,7 @@ def test_signatures_follow_the_real_sglang_sources() -> None:
     ],
 )
 def test_bad_arguments(
-    argv: list[str], code: Exit, message: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["scan-logs", *argv]) == code
     assert capsys.readouterr().err == message

@@ -168,7 +168,7 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _exit(rows: list[dict[str, Any]]) -> Exit:
+def _exit(rows: list[dict[str, Any]]) -> int:
     """1 before 5 before 3: the worst first (a refused process is not running: not counted)."""
     found = {BAD[row["verdict"]] for row in rows if row["verdict"] in BAD}
     for code in (Exit.VULNERABLE, Exit.STALE_BUILD, Exit.UNKNOWN):
@@ -184,7 +184,7 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
             for line in [list(COLUMNS), *cells]]  # fmt: skip
 
 
-def _summary(rows: list[dict[str, Any]], code: Exit) -> str:
+def _summary(rows: list[dict[str, Any]], code: int) -> str:
     if code == Exit.OK:
         return "all healthy"
     bad = [r for r in rows if r["verdict"] in BAD]

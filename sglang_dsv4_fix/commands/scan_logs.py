@@ -222,7 +222,7 @@ def _finding(f: Finding) -> dict[str, Any]:
     }
 
 
-def _payload(report: Report, code: Exit, engine: str) -> dict[str, Any]:
+def _payload(report: Report, code: int, engine: str) -> dict[str, Any]:
     return {
         "files": [
             {"file": s.name, "bytes": s.bytes, "lines": s.lines, "error": s.error}
