@@ -11,13 +11,16 @@ subprocesses; these reach the code in-process, where mutation testing can see th
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import os
 import resource
 import signal
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_jitcache import lay_build, real_dir
@@ -25,7 +28,7 @@ from trees import TreeFactory, extract
 
 from sglang_dsv4_fix import __version__, manifest, provenance, transaction
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import file_lock, sha256_bytes, temp_name
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, file_lock, sha256_bytes, temp_name
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite
 from sglang_dsv4_fix.state import inspect
@@ -232,7 +235,10 @@ def test_switch_refuses_a_backup_changed_after_planning(tree: Tree) -> None:
     backup.write_bytes(backup.read_bytes() + b"// swapped\n")
     before = listing(kernel.parent)
     e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (f"{backup}: does not hold the recorded original; refusing", 6)
+    assert (str(e), e.code) == (
+        f"{backup}: does not hold the recorded original; refusing",
+        Exit.REFUSED,
+    )
     assert listing(kernel.parent) == before
 
 
@@ -632,7 +638,7 @@ def test_a_backup_that_is_a_link_is_refused(tree: Tree, locked: bool) -> None:
 
 
 @pytest.mark.parametrize(("locked", "code"), [(False, Exit.NOT_FOUND), (True, Exit.REFUSED)])
-def test_a_missing_backup_is_named(tree: Tree, locked: bool, code: Exit) -> None:
+def test_a_missing_backup_is_named(tree: Tree, locked: bool, code: int) -> None:
     kernel = kernel_of(tree)
     lock = file_lock(kernel.parent) if locked else contextlib.nullcontext()
     with lock, pytest.raises(FatalError) as caught:
@@ -706,3 +712,188 @@ def test_apply_fix_clears_the_cache_it_is_given(tree: Tree, tmp_path: Path) -> N
         f"JIT cache not cleared: refusing to clear {photos}: not a TVM-FFI cache (no entry is a "
         "tvm-ffi build by its name and files)"
     )
+
+
+# --------------------------------------------------------------------------- found after the run
+
+
+def test_a_switch_rolled_back_takes_the_previous_method(tree: Tree) -> None:
+    """A structural no-init (written before the manifest knew its base), then a switch to the
+    manifest's barrier killed before the kernel was replaced: the structural record comes back."""
+    kernel = kernel_of(tree)
+    apply(tree)
+    record = pending(kernel, previous_variant="no-init", previous_sha256=NO_INIT,
+                     previous_method="structural", variant="barrier", result_sha256=BARRIER)  # fmt: skip
+    recover(kernel)
+    assert record_of(kernel) == record._replace(
+        state="applied", variant="no-init", result_sha256=NO_INIT, method="structural",
+        previous_variant=None, previous_sha256=None, previous_method=None,
+    )  # fmt: skip
+
+
+def test_a_switch_whose_backup_went_since_planning_is_refused(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    apply(tree)
+    plan = transaction.plan_apply(inspect(tree), "barrier")
+    kernel.with_name(BACKUP).unlink()
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (
+        f"{kernel.with_name(BACKUP)}: cannot read the backup (No such file or directory)",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
+
+
+def test_a_rewrite_that_fails_two_preconditions_names_both(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    text = kernel.read_bytes().replace(
+        b"LaunchKernel(1, kMaxPrefillBatchSize, device)(plan_compress_prefill_kernel0",
+        b"LaunchKernel(1, 512, device)(plan_compress_prefill_kernel0",
+    )
+    read = b"warp_min[warp_id] = warp::reduce_min(e_for_min);\n"
+    head, tail = text.split(read, 1)
+    kernel.write_bytes(head + read + tail.replace(b"  __syncthreads();\n", b"", 1))
+    with pytest.raises(FatalError) as caught:
+        transaction.plan_apply(inspect(tree), "no-init")
+    assert (str(caught.value), caught.value.code) == (
+        "rewritten kernel is not a safe no-init (one block of 1024 threads: launched as grid=1, "
+        "block=512, __launch_bounds__(1024); barrier between per-warp writes and warp 0's read: "
+        "no unconditional barrier before the read)",
+        Exit.UNKNOWN,
+    )
+
+
+def _temp_of(name: str) -> Callable[[Path], object]:
+    return lambda kernel: kernel.with_name(temp_name(name)).write_bytes(b"torn")
+
+
+def _link_temp(kernel: Path) -> None:
+    kernel.with_name(temp_name("c_plan.cuh")).symlink_to(kernel)
+
+
+TORN: dict[str, tuple[Callable[[Path], object], bool]] = {
+    "clean": (lambda kernel: None, False),
+    "applied": (lambda kernel: None, False),  # (applied below)
+    "pending record": (pending, True),
+    "lone backup": (lambda kernel: kernel.with_name(BACKUP).write_bytes(b"x"), True),
+    "kernel temp": (_temp_of("c_plan.cuh"), True),
+    "record temp": (_temp_of(RECORD), True),
+    "backup temp": (_temp_of(BACKUP), True),
+    "temp name on a link": (_link_temp, False),
+    "a user's temp": (lambda kernel: kernel.with_name(".c_plan.cuh.x.tmp").write_bytes(b""), False),
+}
+
+
+@pytest.mark.parametrize("case", TORN)
+def test_torn_tells_what_recover_has_to_finish(tree: Tree, case: str) -> None:
+    kernel = kernel_of(tree)
+    if case in ("applied", "pending record"):
+        apply(tree)
+    setup, is_torn = TORN[case]
+    setup(kernel)
+    assert transaction.torn(kernel) is is_torn
+
+
+def test_a_kernel_whose_folder_is_gone_is_not_torn(tmp_path: Path) -> None:
+    assert transaction.torn(tmp_path / "gone" / "c_plan.cuh") is False
+
+
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_IMMUTABLE_FL = 0x80086601, 0x40086602, 0x10
+
+
+@contextlib.contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """``path`` cannot be removed or replaced inside the block (chattr +i; root on ext4, xfs…)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = array.array("l", [0])
+        try:
+            fcntl.ioctl(fd, FS_IOC_GETFLAGS, flags, True)
+            flags[0] |= FS_IMMUTABLE_FL
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, flags, True)
+        except OSError as e:
+            pytest.skip(f"cannot make a file immutable here ({e.strerror})")
+        try:
+            yield
+        finally:
+            flags[0] &= ~FS_IMMUTABLE_FL
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, flags, True)
+    finally:
+        os.close(fd)
+
+
+def test_a_revert_that_cannot_drop_the_record_is_finished_by_the_next_run(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    original = kernel.read_bytes()
+    apply(tree)
+    with immutable(kernel.with_name(RECORD)):
+        e = raised(kernel, transaction.revert, kernel)
+    assert (str(e), e.code) == (
+        f"{kernel.parent}: cannot write (Operation not permitted); the next run finishes or "
+        "rolls back",
+        Exit.REFUSED,
+    )
+    assert kernel.read_bytes() == original and kernel.with_name(RECORD).is_file()
+    assert transaction.torn(kernel) is False  # an applied record: only recovery looks closer
+    recover(kernel)
+    assert not kernel.with_name(RECORD).exists() and not kernel.with_name(BACKUP).exists()
+
+
+def at_kernel_replace(monkeypatch: pytest.MonkeyPatch, hook: Callable[[], None]) -> None:
+    """Run ``hook`` just before the kernel is replaced (the real ``os.replace`` still does it),
+    as test_durability.py's spy does: the moment a kill would leave the pending record."""
+    real = os.replace
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if dst == "c_plan.cuh":
+            hook()
+        real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@as_root
+def test_the_pending_record_has_the_kernel_owner(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kernel = kernel_of(tree)
+    os.chown(kernel, *OWNER)
+    seen: list[tuple[int, int]] = []
+    at_kernel_replace(monkeypatch, lambda: seen.append(owner(kernel.with_name(RECORD))))
+    apply(tree)
+    assert seen == [OWNER]
+
+
+def test_a_record_that_cannot_be_marked_applied_is_finished_by_the_next_run(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kernel = kernel_of(tree)
+    stack = contextlib.ExitStack()
+    at_kernel_replace(monkeypatch, lambda: stack.enter_context(immutable(kernel.with_name(RECORD))))
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    with stack:
+        e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (
+        f"{kernel.parent}: cannot write (Operation not permitted); the next run finishes or "
+        "rolls back",
+        Exit.REFUSED,
+    )
+    assert sha256_bytes(kernel.read_bytes()) == NO_INIT and record_of(kernel).state == "pending"
+    recover(kernel)
+    assert record_of(kernel).state == "applied"
+
+
+def test_an_oversized_backup_in_the_way_is_refused(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    backup = kernel.with_name(BACKUP)
+    backup.write_bytes(b"x" * (KERNEL_LIMIT + 1))
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (
+        f"{backup}: the backup is {KERNEL_LIMIT + 1} bytes, over the {KERNEL_LIMIT}-byte limit; "
+        "not reading it",
+        Exit.REFUSED,
+    )
+    assert listing(kernel.parent) == before
