@@ -13,7 +13,8 @@ nvcc). Three arms per tree, in rotating order each round:
   framework costs for any plugin (it lists the entry point, reads the distribution's metadata,
   imports the module); asserted: ours absent, it present;
 - ``plugin``: this package (asserted: entry point present, module imported).
-Prints medians side by side; exit 1 if any tree adds more than 3 ms over ``none``.
+Prints medians side by side, of wall-clock time and of the probe thread's CPU time (on a busy
+machine the second is the work itself); exit 1 if any tree adds more than 3 ms wall-clock.
 """
 
 from __future__ import annotations
@@ -43,23 +44,24 @@ import PRELOAD
 import sglang.srt.plugins as plugins
 import sglang.srt.utils as utils
 from importlib.metadata import entry_points
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.thread_time()
 plugins.load_plugins()
 utils.configure_logger(types.SimpleNamespace(log_level="error"), prefix=" TP0")
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.thread_time()
 names = [ep.name for ep in entry_points(group="sglang.srt.plugins")]
 loaded = "sglang_dsv4_fix.plugin" in sys.modules
-print("MS", (t1 - t0) * 1e3, int(loaded), ",".join(names) or "-")
+print("MS", (t1 - t0) * 1e3, (c1 - c0) * 1e3, int(loaded), ",".join(names) or "-")
 """
 
 
 def measure(
     arm: str, cache: Path, *path: Path, python: str | None = None, preload: str = SERVER,
     cpu: int | None = None,
-) -> float:  # fmt: skip
+) -> tuple[float, float]:  # fmt: skip
     """One probe in a fresh interpreter: the tests' cached one, or ``python`` (gpu/plugin_cost.py
     runs the GPU host's own, and says what it could ``preload``); on ``cpu`` alone if given."""
-    env = {"TVM_FFI_CACHE_DIR": str(cache)}
+    # one hash seed for every probe: the arms differ by what they run, not by their dicts' layout
+    env = {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0"}
     code = PROBE.replace("PRELOAD", preload)
     if cpu is not None:  # before torch's import, which sizes its thread pool by the CPUs it may use
         code = f"import os; os.sched_setaffinity(0, {{{cpu}}})" + code
@@ -72,14 +74,14 @@ def measure(
     line = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
     if done.returncode != 0 or line is None:
         raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
-    ms, loaded, listed = line.split()[1:]
+    wall, cpu, loaded, listed = line.split()[1:]
     names = listed.split(",")
     if arm == "plugin":
         assert loaded == "1" and "sglang_dsv4_fix" in names, line
     else:  # the baselines must really run without this plugin
         assert loaded == "0" and "sglang_dsv4_fix" not in names, line
         assert (EMPTY in names) == (arm == "empty"), line
-    return float(ms)
+    return float(wall), float(cpu)
 
 
 def _run(
@@ -133,10 +135,12 @@ def run(
     rounds: int, cases: dict[str, tuple[Path, Path]], sites: dict[str, tuple[Path, ...]],
     extra: tuple[Path, ...] = (), python: str | None = None, preload: str = SERVER,
     cpus: Sequence[int] = (),
-) -> dict[tuple[str, str], list[float]]:  # fmt: skip
+) -> dict[tuple[str, str], list[tuple[float, float]]]:  # fmt: skip
     """Every arm of every tree, ``rounds`` times, the arms' order rotating each round. With
     ``cpus``, one probe runs on each of them at a time (each pinned to its own CPU), in the same
-    order; otherwise one probe at a time."""
+    order; otherwise one probe at a time. One CPU (``--cpus 5``) is the quiet choice: on the H200
+    host twelve at once (their torch imports overlapping the others' timed windows) spread the
+    "none" arm's medians over 13-16 ms."""
     jobs = [
         (tree, arm)
         for i in range(rounds)
@@ -147,7 +151,7 @@ def run(
     for cpu in cpus or (None,):
         free.put(cpu)
 
-    def one(job: tuple[str, str]) -> float:
+    def one(job: tuple[str, str]) -> tuple[float, float]:
         (tree, arm), cpu = job, free.get()
         site, cache = cases[tree]
         try:
@@ -156,7 +160,7 @@ def run(
         finally:
             free.put(cpu)
 
-    samples: dict[tuple[str, str], list[float]] = {}
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with ThreadPoolExecutor(max(1, len(cpus))) as pool:
         for n, (job, ms) in enumerate(zip(jobs, pool.map(one, jobs), strict=True), 1):
             samples.setdefault(job, []).append(ms)
@@ -193,16 +197,26 @@ def cpus_arg(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def table(samples: dict[tuple[str, str], list[float]], cases: dict[str, Any], rounds: int) -> int:
-    print(f"SGLang {RELEASE}, load_plugins() + configure_logger(), median of {rounds} (ms)")
-    print(f"{'tree':30} {'none':>7} {'empty':>7} {'plugin':>7} {'added':>7} {'over empty':>10}")
+def table(
+    samples: dict[tuple[str, str], list[tuple[float, float]]], cases: dict[str, Any], rounds: int
+) -> int:
+    """Medians of the wall-clock time (the target) and of the probe thread's CPU time (the same
+    work without the time other processes took the CPU away: the figure to trust on a busy host)."""
     worst = 0.0
-    for tree in cases:
-        none, empty, plugin = (statistics.median(samples[(tree, a)]) for a in ARMS)
-        worst = max(worst, plugin - none)
-        print(f"{tree:30} {none:7.2f} {empty:7.2f} {plugin:7.2f} {plugin - none:7.2f} "
-              f"{plugin - empty:10.2f}")  # fmt: skip
-    print(f"target: <= {TARGET_MS} ms added: {'met' if worst <= TARGET_MS else 'NOT met'}")
+    for clock, i in (("wall-clock", 0), ("CPU time", 1)):
+        print(f"SGLang {RELEASE}, load_plugins() + configure_logger(), {clock}, "
+              f"median of {rounds} (ms)")  # fmt: skip
+        print(f"{'tree':30} {'none':>7} {'empty':>7} {'plugin':>7} {'added':>7} {'over empty':>10}")
+        for tree in cases:
+            none, empty, plugin = (
+                statistics.median(x[i] for x in samples[(tree, a)]) for a in ARMS
+            )
+            worst = max(worst, plugin - none) if i == 0 else worst
+            print(f"{tree:30} {none:7.2f} {empty:7.2f} {plugin:7.2f} {plugin - none:7.2f} "
+                  f"{plugin - empty:10.2f}")  # fmt: skip
+    print(
+        f"target: <= {TARGET_MS} ms added (wall-clock): {'met' if worst <= TARGET_MS else 'NOT met'}"
+    )
     return 0 if worst <= TARGET_MS else 1
 
 

@@ -438,9 +438,9 @@ def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
 
     site, server = release_site("0.5.16"), server_site()
     empty = empty_plugin(tmp_path / "empty")
-    assert measure("none", tmp_path, site, server) > 0
-    assert measure("empty", tmp_path, empty, site, server) > 0
-    assert measure("plugin", tmp_path, self_site, site, server) > 0
+    assert min(measure("none", tmp_path, site, server)) > 0  # (wall, CPU) ms
+    assert min(measure("empty", tmp_path, empty, site, server)) > 0
+    assert min(measure("plugin", tmp_path, self_site, site, server)) > 0
     with pytest.raises(AssertionError):
         measure("none", tmp_path, self_site, site, server)
     with pytest.raises(AssertionError):  # the empty plugin's arm without the empty plugin
