@@ -676,18 +676,18 @@ def test_under_the_lock_the_backup_is_read_from_the_locked_folder(tree: Tree) ->
 # --------------------------------------------------------------------------- the JIT cache
 
 
-def test_drop_stale_builds_removes_the_racy_build(
+def test_apply_removes_the_racy_build_from_the_cache_it_is_given(
     tree_factory: TreeFactory, tmp_path: Path
 ) -> None:
     tree = find_tree(tree_factory.installed("0.5.16", tmp_path / "full"))
     root = tmp_path / "cache"
     racy = lay_build(root, *real_dir(tree, "original", root))
     fixed = lay_build(root, *real_dir(tree, "no-init", root))
-    apply(tree)
-    removed, warning = transaction.drop_stale_builds(tree, str(root))
-    assert warning is None
-    assert [(r.path, r.outcome) for r in removed] == [(racy, "removed")]
+    done = transaction.apply_fix(tree, "no-init", Options(cache_dir=str(root)))
+    assert (done.written, done.plan.action, done.cache_warning) == (True, "write", None)
+    assert [(r.path, r.outcome) for r in done.removed] == [(racy, "removed")]
     assert not os.path.lexists(racy) and fixed.is_dir()
+    assert transaction.drop_stale_builds(tree, str(root)) == ((), None)  # nothing stale left
 
 
 def test_drop_stale_builds_reports_a_cache_it_cannot_clear(tree: Tree, tmp_path: Path) -> None:
@@ -707,7 +707,8 @@ def test_apply_fix_clears_the_cache_it_is_given(tree: Tree, tmp_path: Path) -> N
     photos.mkdir()
     (photos / "cat.jpg").write_bytes(b"\xff\xd8")
     done = transaction.apply_fix(tree, "no-init", Options(cache_dir=str(photos)))
-    assert done.written and done.removed == ()
+    assert (done.written, done.plan.action, done.removed) == (True, "write", ())
+    assert sha256_bytes(kernel_of(tree).read_bytes()) == NO_INIT
     assert done.cache_warning == (
         f"JIT cache not cleared: refusing to clear {photos}: not a TVM-FFI cache (no entry is a "
         "tvm-ffi build by its name and files)"
@@ -884,16 +885,68 @@ def test_a_record_that_cannot_be_marked_applied_is_finished_by_the_next_run(
     assert record_of(kernel).state == "applied"
 
 
-def test_an_oversized_backup_in_the_way_is_refused(tree: Tree) -> None:
+@pytest.mark.parametrize("where", ["commit", "recover"])
+def test_an_oversized_backup_in_the_way_is_refused(tree: Tree, where: str) -> None:
     kernel = kernel_of(tree)
     backup = kernel.with_name(BACKUP)
     backup.write_bytes(b"x" * (KERNEL_LIMIT + 1))
     plan = transaction.plan_apply(inspect(tree), "no-init")
     before = listing(kernel.parent)
-    e = raised(kernel, transaction.commit_plan, kernel, plan)
+    if where == "commit":
+        e = raised(kernel, transaction.commit_plan, kernel, plan)
+    else:  # a lone backup, looked at before anything else
+        e = raised(kernel, transaction.recover, kernel)
     assert (str(e), e.code) == (
         f"{backup}: the backup is {KERNEL_LIMIT + 1} bytes, over the {KERNEL_LIMIT}-byte limit; "
         "not reading it",
         Exit.REFUSED,
     )
     assert listing(kernel.parent) == before
+
+
+def test_an_oversized_kernel_at_commit_is_refused(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    kernel.write_bytes(b"x" * (KERNEL_LIMIT + 1))
+    before = listing(kernel.parent)
+    e = raised(kernel, transaction.commit_plan, kernel, plan)
+    assert (str(e), e.code) == (
+        f"{kernel}: the kernel is {KERNEL_LIMIT + 1} bytes, over the {KERNEL_LIMIT}-byte limit; "
+        "not reading it",
+        Exit.NOT_FOUND,
+    )
+    assert listing(kernel.parent) == before
+
+
+def test_a_patch_that_misses_the_manifest_hash_is_an_internal_error(tree: Tree) -> None:
+    text = kernel_of(tree).read_text()
+    wrong = manifest.Result("0" * 64, RELEASE.results["no-init"].patch)
+    release = RELEASE._replace(results={**RELEASE.results, "no-init": wrong})
+    with pytest.raises(FatalError) as caught:
+        transaction._from_manifest(text, release, "no-init")
+    assert (str(caught.value), caught.value.code) == (
+        f"patched kernel sha256 is not the manifest's {'0' * 64}",
+        Exit.INTERNAL,
+    )
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_apply_refuses_someone_else_s_uncommitted_change_unless_forced(
+    tree_factory: TreeFactory, tmp_path: Path, force: bool
+) -> None:
+    git = find_tree(tree_factory.git("0.5.16", tmp_path / "co"))
+    kernel = kernel_of(git)
+    edited = kernel.read_bytes().replace(b"Stage A", b"Stage A (local note)", 1)
+    kernel.write_bytes(edited)
+    if force:
+        done = transaction.apply_fix(git, "no-init", Options(), force=True, clear_cache=False)
+        assert done.written and record_of(kernel).base_sha256 == sha256_bytes(edited)
+        return
+    with pytest.raises(FatalError) as caught:
+        transaction.apply_fix(git, "no-init", Options(), clear_cache=False)
+    assert (str(caught.value), caught.value.code) == (
+        "python/sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh has uncommitted changes not made by "
+        "sglang-dsv4-fix; commit or stash them, or run: sglang-dsv4-fix apply --force",
+        Exit.REFUSED,
+    )
+    assert kernel.read_bytes() == edited and provenance.read(kernel) is None
