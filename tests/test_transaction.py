@@ -942,11 +942,44 @@ def test_apply_refuses_someone_else_s_uncommitted_change_unless_forced(
         done = transaction.apply_fix(git, "no-init", Options(), force=True, clear_cache=False)
         assert done.written and record_of(kernel).base_sha256 == sha256_bytes(edited)
         return
+    for refuse in (
+        lambda: transaction.apply_fix(git, "no-init", Options(), clear_cache=False),
+        lambda: transaction.refuse_foreign_changes(git, inspect(git), Options()),  # apply --check
+    ):
+        with pytest.raises(FatalError) as caught:
+            refuse()
+        assert (str(caught.value), caught.value.code) == (
+            "python/sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh has uncommitted changes not "
+            "made by sglang-dsv4-fix; commit or stash them, or run: sglang-dsv4-fix apply --force",
+            Exit.REFUSED,
+        )
+    assert kernel.read_bytes() == edited and provenance.read(kernel) is None
+
+
+def test_a_kernel_gone_while_checked_is_refused(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    kernel.unlink()
     with pytest.raises(FatalError) as caught:
-        transaction.apply_fix(git, "no-init", Options(), clear_cache=False)
+        transaction.check_writable(kernel, tree)
     assert (str(caught.value), caught.value.code) == (
-        "python/sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh has uncommitted changes not made by "
-        "sglang-dsv4-fix; commit or stash them, or run: sglang-dsv4-fix apply --force",
+        f"{kernel}: cannot check the kernel (No such file or directory); nothing changed",
         Exit.REFUSED,
     )
-    assert kernel.read_bytes() == edited and provenance.read(kernel) is None
+
+
+@pytest.mark.parametrize("step", ["recover", "revert", "commit_plan"])
+def test_writing_without_the_lock_is_an_internal_error(tree: Tree, step: str) -> None:
+    kernel = kernel_of(tree)
+    plan = transaction.plan_apply(inspect(tree), "no-init")
+    apply(tree)
+    before = listing(kernel.parent)
+    with pytest.raises(FatalError) as caught:
+        if step == "commit_plan":
+            transaction.commit_plan(kernel, plan)
+        else:
+            getattr(transaction, step)(kernel)
+    assert (str(caught.value), caught.value.code) == (
+        f"{kernel}: written without holding the folder lock",
+        Exit.INTERNAL,
+    )
+    assert listing(kernel.parent) == before
