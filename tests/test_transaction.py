@@ -983,3 +983,33 @@ def test_writing_without_the_lock_is_an_internal_error(tree: Tree, step: str) ->
         Exit.INTERNAL,
     )
     assert listing(kernel.parent) == before
+
+
+def test_a_kernel_reached_through_a_linked_folder_is_refused(tree: Tree, tmp_path: Path) -> None:
+    kernel = kernel_of(tree)
+    outside = tmp_path / "outside"
+    kernel.parent.rename(outside)
+    kernel.parent.symlink_to(outside)
+    with pytest.raises(FatalError) as caught:
+        transaction.check_writable(kernel, tree)
+    assert (str(caught.value), caught.value.code) == (
+        f"{kernel}: resolves outside {tree.package_dir}; refusing",
+        Exit.REFUSED,
+    )
+
+
+@pytest.mark.parametrize("bits", [0o644, 0o464, 0o446])
+def test_a_kernel_writable_by_anyone_passes_the_check(tree: Tree, bits: int) -> None:
+    kernel = kernel_of(tree)
+    kernel.chmod(bits)
+    transaction.check_writable(kernel, tree)  # raises FatalError if refused
+
+
+def test_a_folder_this_user_cannot_write_is_refused(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    with immutable(kernel.parent), pytest.raises(FatalError) as caught:  # root too: EPERM
+        transaction.check_writable(kernel, tree)
+    assert (str(caught.value), caught.value.code) == (
+        f"{kernel.parent}: the kernel's folder is not writable for this user; nothing changed",
+        Exit.REFUSED,
+    )
