@@ -1,6 +1,6 @@
 """What the plugin adds to an SGLang process's start, under SGLang's real ``load_plugins()``.
 
-Usage: python benchmarks/plugin_startup.py [--rounds 12]
+Usage: python benchmarks/plugin_startup.py [--rounds 12] [--budget SECONDS]
 Runs from a temporary folder (never the checkout: its *.egg-info would expose the entry point to
 the "none" arm too), in the tests' cached interpreter (tests/plugin_env.py) with the real SGLang
 0.5.16 and what ``sglang.srt.server_args`` needs. Each probe is a fresh interpreter that imports
@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +53,13 @@ print("MS", (t1 - t0) * 1e3, (c1 - c0) * 1e3, int(loaded), ",".join(names) or "-
 
 
 def measure(
-    arm: str, cache: Path, *path: Path, python: str | None = None, preload: str = SERVER,
-    cpu: int | None = None,
-) -> tuple[float, float]:  # fmt: skip
+    arm: str, cache: Path, *path: Path, python: str | None = None, preload: str = SERVER
+) -> tuple[float, float]:
     """One probe in a fresh interpreter: the tests' cached one, or ``python`` (gpu/plugin_cost.py
-    runs the GPU host's own, and says what it could ``preload``); on ``cpu`` alone if given."""
+    runs the GPU host's own, and says what it could ``preload``). Wall-clock and CPU ms."""
     # one hash seed for every probe: the arms differ by what they run, not by their dicts' layout
     env = {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0"}
     code = PROBE.replace("PRELOAD", preload)
-    if cpu is not None:  # before torch's import, which sizes its thread pool by the CPUs it may use
-        code = f"import os; os.sched_setaffinity(0, {{{cpu}}})" + code
     if python is None:
         from plugin_env import run_python
 
@@ -134,38 +129,23 @@ def trees(tmp: Path, racy: Path | None = None) -> dict[str, tuple[Path, Path]]:
 def run(
     rounds: int, cases: dict[str, tuple[Path, Path]], sites: dict[str, tuple[Path, ...]],
     extra: tuple[Path, ...] = (), python: str | None = None, preload: str = SERVER,
-    cpus: Sequence[int] = (),
+    budget: float | None = None,
 ) -> dict[tuple[str, str], list[tuple[float, float]]]:  # fmt: skip
-    """Every arm of every tree, ``rounds`` times, the arms' order rotating each round. With
-    ``cpus``, one probe runs on each of them at a time (each pinned to its own CPU), in the same
-    order; otherwise one probe at a time. One CPU (``--cpus 5``) is the quiet choice: on the H200
-    host twelve at once (their torch imports overlapping the others' timed windows) spread the
-    "none" arm's medians over 13-16 ms."""
-    jobs = [
-        (tree, arm)
-        for i in range(rounds)
-        for tree in cases
-        for arm in ARMS[i % 3 :] + ARMS[: i % 3]
-    ]
-    free: queue.Queue[int | None] = queue.Queue()
-    for cpu in cpus or (None,):
-        free.put(cpu)
-
-    def one(job: tuple[str, str]) -> tuple[float, float]:
-        (tree, arm), cpu = job, free.get()
-        site, cache = cases[tree]
-        try:
-            return measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload,
-                           cpu=cpu)  # fmt: skip
-        finally:
-            free.put(cpu)
-
+    """Every arm of every tree, ``rounds`` times, the arms' order rotating each round, one probe
+    at a time. With ``budget`` (seconds), no round starts once it is spent: a run under a time
+    limit ends with the rounds it finished rather than with nothing."""
     samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    with ThreadPoolExecutor(max(1, len(cpus))) as pool:
-        for n, (job, ms) in enumerate(zip(jobs, pool.map(one, jobs), strict=True), 1):
-            samples.setdefault(job, []).append(ms)
-            if n % len(ARMS * len(cases)) == 0:
-                print(f"round {n // len(ARMS * len(cases))}/{rounds}", file=sys.stderr)
+    start = time.monotonic()
+    for i in range(rounds):
+        if i and budget is not None and time.monotonic() - start > budget:
+            print(f"budget of {budget:.0f} s spent after {i} rounds", file=sys.stderr)
+            break
+        order = ARMS[i % 3 :] + ARMS[: i % 3]
+        for tree, (site, cache) in cases.items():
+            for arm in order:
+                ms = measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload)
+                samples.setdefault((tree, arm), []).append(ms)
+        print(f"round {i + 1}/{rounds} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
     return samples
 
 
@@ -174,9 +154,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--cpus", type=cpus_arg, default=(),
-                        help="run one probe per CPU at a time, each pinned (e.g. 2-9); default: "
-                             "one probe at a time, unpinned")  # fmt: skip
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="start no round after this long; the table covers the rounds done")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -184,25 +163,14 @@ def main() -> int:
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (install_self(tmp / "self"),)}  # fmt: skip
         cases = trees(tmp)
-        samples = run(args.rounds, cases, sites, (server_site(),), cpus=args.cpus)
-    return table(samples, cases, args.rounds)
+        samples = run(args.rounds, cases, sites, (server_site(),), budget=args.budget)
+    return table(samples, cases)
 
 
-def cpus_arg(text: str) -> tuple[int, ...]:
-    """``2-9`` or ``2,4,6``."""
-    out: list[int] = []
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        out.extend(range(int(first), int(last or first) + 1))
-    return tuple(out)
-
-
-def table(
-    samples: dict[tuple[str, str], list[tuple[float, float]]], cases: dict[str, Any], rounds: int
-) -> int:
+def table(samples: dict[tuple[str, str], list[tuple[float, float]]], cases: dict[str, Any]) -> int:
     """Medians of the wall-clock time (the target) and of the probe thread's CPU time (the same
     work without the time other processes took the CPU away: the figure to trust on a busy host)."""
-    worst = 0.0
+    worst, rounds = 0.0, min(len(x) for x in samples.values())
     for clock, i in (("wall-clock", 0), ("CPU time", 1)):
         print(f"SGLang {RELEASE}, load_plugins() + configure_logger(), {clock}, "
               f"median of {rounds} (ms)")  # fmt: skip

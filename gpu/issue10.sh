@@ -57,7 +57,7 @@ cost() {
   rm -rf /tmp/sp16 && mkdir -p /tmp/sp16 && python3 -m zipfile -e "$P"/sglang-0.5.16-*.whl /tmp/sp16
   nproc; lscpu | grep -E "Model name" | head -1
   (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout "${COST_S:-420}" python3 "$here/gpu/plugin_cost.py" \
-     /tmp/self /tmp/sp16 /tmp/site "${ROUNDS:-4}" "${CPUS:-}") 2>&1 | tee "$OUT/plugin_cost.txt"
+     /tmp/self /tmp/sp16 /tmp/site "${ROUNDS:-4}" "${BUDGET_S:-}") 2>&1 | tee "$OUT/plugin_cost.txt"
 }
 
 "$@"

@@ -1,12 +1,12 @@
 """The plugin's start cost on the GPU host (benchmarks/plugin_startup.py's probe and arms, run
 with this host's own Python instead of the tests' cached interpreter).
 
-Usage: python3 gpu/plugin_cost.py SELF_SITE RELEASE_TREE EXTRA_SITE [ROUNDS [CPUS]]
+Usage: python3 gpu/plugin_cost.py SELF_SITE RELEASE_TREE EXTRA_SITE [ROUNDS [BUDGET_S]]
 SELF_SITE: this package pip-installed with its entry point; RELEASE_TREE: an unpacked SGLang
 0.5.16 wheel (with its dist-info); EXTRA_SITE: what the release needs beyond this host's site
 (apache-tvm-ffi, small packages). Preloads ``torch, sglang.srt.server_args`` as every server
 process has them, or, if the host cannot import ``server_args``, ``torch, sglang.srt.utils`` and
-says so. CPUS (``2-9``): one probe per CPU at a time, each pinned to its own.
+says so. BUDGET_S: start no round after that many seconds (the table covers the rounds done).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from plugin_startup import SERVER, cpus_arg, empty_plugin, run, table, trees
+from plugin_startup import SERVER, empty_plugin, run, table, trees
 
 
-def main(self_site: str, release: str, extra: str, rounds: str = "8", cpus: str = "") -> int:
+def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: str = "") -> int:
     preload = SERVER
     path = f"{release}:{extra}"
     probe = subprocess.run((sys.executable, "-c", f"import {SERVER}"), capture_output=True,
@@ -37,8 +37,8 @@ def main(self_site: str, release: str, extra: str, rounds: str = "8", cpus: str 
                  "plugin": (Path(self_site),)}  # fmt: skip
         cases = trees(tmp, Path(release))
         samples = run(int(rounds), cases, sites, (Path(extra),), sys.executable, preload,
-                      cpus_arg(cpus) if cpus else ())  # fmt: skip
-    return table(samples, cases, int(rounds))
+                      float(budget) if budget else None)  # fmt: skip
+    return table(samples, cases)
 
 
 if __name__ == "__main__":
