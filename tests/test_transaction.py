@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import datetime
 import fcntl
 import os
 import resource
@@ -137,6 +138,11 @@ def test_apply_keeps_the_original_and_records_the_write(tree: Tree) -> None:
     record = record_of(kernel)
     assert record == expected("no-init", NO_INIT, record.time, written_by="cli")
     assert done.plan.record == record._replace(state="pending")  # the plan it carried out
+    assert (done.plan.replaces_sha256, done.plan.replaces_record) == (BASE, None)
+    written = datetime.datetime.fromisoformat(record.time)
+    assert record.time.endswith("+00:00") and written.tzinfo == datetime.timezone.utc
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert now - datetime.timedelta(minutes=1) <= written <= now
 
 
 @as_root
@@ -1012,4 +1018,49 @@ def test_a_folder_this_user_cannot_write_is_refused(tree: Tree) -> None:
     assert (str(caught.value), caught.value.code) == (
         f"{kernel.parent}: the kernel's folder is not writable for this user; nothing changed",
         Exit.REFUSED,
+    )
+
+
+def slim(
+    version: str, dest: Path, kernel: str = "sglang/jit_kernel/csrc/deepseek_v4/c_plan.cuh"
+) -> Tree:
+    return find_tree(extract(version, dest, (*SLIM[:3], kernel)))
+
+
+def test_a_fix_this_tool_did_not_write_is_left_alone(tmp_path: Path) -> None:
+    tree = slim("0.5.18", tmp_path / "sp", "sglang/kernels/jit/csrc/deepseek_v4/c_plan.cuh")
+    before = listing(kernel_of(tree).parent)
+    done = apply(tree, "barrier")
+    assert (done.written, done.plan.action, done.plan.message) == (
+        False,
+        "none",
+        "already fixed (no-init, not written by this tool); nothing to do",
+    )
+    assert listing(kernel_of(tree).parent) == before
+
+
+def test_bytes_of_several_releases_none_the_tree_s_name_no_release(tmp_path: Path) -> None:
+    """0.5.12's kernel (also 0.5.12.post1's) in a 0.5.13 tree: the record names no release."""
+    tree = slim("0.5.13", tmp_path / "sp")
+    donor = slim("0.5.12", tmp_path / "donor")
+    kernel_of(tree).write_bytes(kernel_of(donor).read_bytes())
+    base = sha256_bytes(kernel_of(donor).read_bytes())
+    done = apply(tree)
+    result = manifest.load().releases["0.5.12"].results["no-init"].sha256
+    assert done.plan.message == (
+        f"known base (release 0.5.12, 0.5.12.post1); no-init -> sha256 {result[:16]}…"
+    )
+    record = record_of(kernel_of(tree))
+    assert (record.base_release, record.base_sha256, record.result_sha256) == (None, base, result)
+
+
+def test_a_damaged_record_decides_nothing(tree: Tree) -> None:
+    kernel = kernel_of(tree)
+    kernel.with_name(RECORD).write_text("{not json")
+    with pytest.raises(FatalError) as caught:
+        transaction.plan_apply(inspect(tree), "no-init")
+    assert (str(caught.value), caught.value.code) == (
+        f"{kernel.with_name(RECORD)}: damaged provenance record (not JSON: JSONDecodeError); "
+        "not acting on it",
+        Exit.UNKNOWN,
     )
