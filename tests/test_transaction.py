@@ -1064,3 +1064,24 @@ def test_a_damaged_record_decides_nothing(tree: Tree) -> None:
         "not acting on it",
         Exit.UNKNOWN,
     )
+
+
+def test_a_fixed_kernel_that_breaks_two_preconditions_is_not_touched(tmp_path: Path) -> None:
+    tree = slim("0.5.18", tmp_path / "sp", "sglang/kernels/jit/csrc/deepseek_v4/c_plan.cuh")
+    kernel = kernel_of(tree)
+    text = kernel.read_bytes().replace(
+        b"LaunchKernel(1, kMaxPrefillBatchSize, device)(plan_compress_prefill_kernel0",
+        b"LaunchKernel(1, 512, device)(plan_compress_prefill_kernel0",
+    )
+    read = b"warp_min[warp_id] = warp::reduce_min(e_for_min);\n"
+    head, tail = text.split(read, 1)
+    kernel.write_bytes(head + read + tail.replace(b"  __syncthreads();\n", b"", 1))
+    before = listing(kernel.parent)
+    with pytest.raises(FatalError) as caught:
+        apply(tree)
+    assert (str(caught.value), caught.value.code) == (
+        "no-init kernel violates preconditions: one block of 1024 threads; barrier between "
+        "per-warp writes and warp 0's read",
+        Exit.UNKNOWN,
+    )
+    assert listing(kernel.parent) == before
