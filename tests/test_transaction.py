@@ -17,6 +17,7 @@ import datetime
 import fcntl
 import os
 import resource
+import shutil
 import signal
 import stat
 from collections.abc import Callable, Iterator
@@ -1085,3 +1086,19 @@ def test_a_fixed_kernel_that_breaks_two_preconditions_is_not_touched(tmp_path: P
         Exit.UNKNOWN,
     )
     assert listing(kernel.parent) == before
+
+
+@pytest.mark.parametrize("release", ["0.5.11", None])
+def test_a_tree_without_the_planner_has_nothing_to_fix(tmp_path: Path, release: str | None) -> None:
+    extract("0.5.11", tmp_path / "sp", ("sglang/__init__.py",))
+    if release is None:  # no dist-info: the release is not known
+        for info in (tmp_path / "sp").glob("sglang-*.dist-info"):
+            shutil.rmtree(info)
+    tree = find_tree(tmp_path / "sp")
+    with pytest.raises(FatalError) as caught:
+        transaction.kernel_of(tree)
+    assert (str(caught.value), caught.value.code) == (
+        f"{tree.package_dir}: no DeepSeek-V4 planner (deepseek_v4/c_plan.cuh) in this tree "
+        f"(release {release or 'unknown'}); nothing to fix",
+        Exit.NOT_APPLICABLE,
+    )
