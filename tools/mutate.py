@@ -75,8 +75,16 @@ MODULES: dict[str, Target] = {
     # mutant on this machine: too slow to include)
     "verdict": Target(("tests/test_verdict.py",)),
     # the durable write primitives and the hostile-file reads (FIFOs, links, oversized files)
+    # the hardened reads and writes, through the in-process tests that drive them hardest: the
+    # transaction's and the record's (real failed writes, hostile files), durability, bad input
     "fsops": Target(
-        ("tests/test_durability.py", "tests/test_bad_input.py", "tests/test_hostile_files.py")
+        (
+            "tests/test_transaction.py",
+            "tests/test_provenance.py",
+            "tests/test_durability.py",
+            "tests/test_bad_input.py",
+            "tests/test_hostile_files.py",
+        )
     ),
     # the record's validation, in-process (test_provenance.py), and its durable writes; the CLI
     # tests of hostile records run in a subprocess, out of mutmut's reach
