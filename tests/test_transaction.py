@@ -233,19 +233,30 @@ def test_switch_of_a_structural_fix_starts_from_the_recorded_original(tree: Tree
     assert (first.method, first.base_sha256) == ("structural", base)
 
 
-def test_switch_refuses_a_backup_changed_after_planning(tree: Tree) -> None:
+def _swap_backup(backup: Path) -> None:
+    backup.chmod(0o644)
+    backup.write_bytes(backup.read_bytes() + b"// swapped\n")
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_swap_backup, "does not hold the recorded original; refusing"),
+        (Path.unlink, "cannot read the backup (No such file or directory)"),
+    ],
+    ids=("changed", "gone"),
+)
+def test_a_switch_whose_backup_changed_since_planning_is_refused(
+    tree: Tree, damage: Callable[[Path], None], reason: str
+) -> None:
     kernel = kernel_of(tree)
     apply(tree)
     plan = transaction.plan_apply(inspect(tree), "barrier")
     backup = kernel.with_name(BACKUP)
-    backup.chmod(0o644)
-    backup.write_bytes(backup.read_bytes() + b"// swapped\n")
+    damage(backup)
     before = listing(kernel.parent)
     e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (
-        f"{backup}: does not hold the recorded original; refusing",
-        Exit.REFUSED,
-    )
+    assert (str(e), e.code) == (f"{backup}: {reason}", Exit.REFUSED)
     assert listing(kernel.parent) == before
 
 
@@ -737,20 +748,6 @@ def test_a_switch_rolled_back_takes_the_previous_method(tree: Tree) -> None:
         state="applied", variant="no-init", result_sha256=NO_INIT, method="structural",
         previous_variant=None, previous_sha256=None, previous_method=None,
     )  # fmt: skip
-
-
-def test_a_switch_whose_backup_went_since_planning_is_refused(tree: Tree) -> None:
-    kernel = kernel_of(tree)
-    apply(tree)
-    plan = transaction.plan_apply(inspect(tree), "barrier")
-    kernel.with_name(BACKUP).unlink()
-    before = listing(kernel.parent)
-    e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (
-        f"{kernel.with_name(BACKUP)}: cannot read the backup (No such file or directory)",
-        Exit.REFUSED,
-    )
-    assert listing(kernel.parent) == before
 
 
 def test_a_rewrite_that_fails_two_preconditions_names_both(tree: Tree) -> None:
