@@ -122,6 +122,15 @@ def raised(kernel: Path, fn: object, *args: object) -> FatalError:
     return caught.value
 
 
+def refused(kernel: Path, fn: object, *args: object) -> tuple[str, int]:
+    """The message and exit code of the FatalError ``fn(*args)`` raises under the lock, which must
+    leave the kernel's folder exactly as it was."""
+    before = listing(kernel.parent)
+    e = raised(kernel, fn, *args)
+    assert listing(kernel.parent) == before
+    return str(e), e.code
+
+
 # --------------------------------------------------------------------------- apply
 
 
@@ -254,10 +263,10 @@ def test_a_switch_whose_backup_changed_since_planning_is_refused(
     plan = transaction.plan_apply(inspect(tree), "barrier")
     backup = kernel.with_name(BACKUP)
     damage(backup)
-    before = listing(kernel.parent)
-    e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (f"{backup}: {reason}", Exit.REFUSED)
-    assert listing(kernel.parent) == before
+    assert refused(kernel, transaction.commit_plan, kernel, plan) == (
+        f"{backup}: {reason}",
+        Exit.REFUSED,
+    )
 
 
 # --------------------------------------------------------------------------- commit_plan
@@ -267,10 +276,10 @@ def test_commit_refuses_a_kernel_changed_since_planning(tree: Tree) -> None:
     kernel = kernel_of(tree)
     plan = transaction.plan_apply(inspect(tree), "no-init")
     kernel.write_bytes(kernel.read_bytes() + b"// meanwhile\n")
-    before = listing(kernel.parent)
-    e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (f"{kernel}: changed while planning; run again", Exit.REFUSED)
-    assert listing(kernel.parent) == before
+    assert refused(kernel, transaction.commit_plan, kernel, plan) == (
+        f"{kernel}: changed while planning; run again",
+        Exit.REFUSED,
+    )
 
 
 def test_commit_of_a_switch_checks_the_kernel_it_replaces(tree: Tree) -> None:
@@ -278,10 +287,10 @@ def test_commit_of_a_switch_checks_the_kernel_it_replaces(tree: Tree) -> None:
     apply(tree)
     plan = transaction.plan_apply(inspect(tree), "barrier")
     kernel.write_bytes(kernel.with_name(BACKUP).read_bytes())  # the original: not what it replaces
-    before = listing(kernel.parent)
-    e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (f"{kernel}: changed while planning; run again", Exit.REFUSED)
-    assert listing(kernel.parent) == before
+    assert refused(kernel, transaction.commit_plan, kernel, plan) == (
+        f"{kernel}: changed while planning; run again",
+        Exit.REFUSED,
+    )
 
 
 def test_commit_keeps_a_backup_that_already_holds_the_original(tree: Tree) -> None:
@@ -538,13 +547,10 @@ def test_recover_refuses_a_pending_record_whose_kernel_changed(tree: Tree, switc
         apply(tree)
         pending(kernel)
     kernel.write_bytes(kernel.read_bytes() + b"// someone else\n")
-    before = listing(kernel.parent)
-    e = raised(kernel, transaction.recover, kernel)
-    assert (str(e), e.code) == (
+    assert refused(kernel, transaction.recover, kernel) == (
         f"{kernel}: changed during an interrupted apply; inspect by hand",
         Exit.REFUSED,
     )
-    assert listing(kernel.parent) == before
 
 
 @pytest.mark.parametrize("edit", [False, True])
@@ -617,14 +623,11 @@ def test_revert_refuses_someone_else_s_change(tree: Tree) -> None:
     apply(tree)
     kernel.write_bytes(kernel.read_bytes() + b"// someone else\n")
     now = sha256_bytes(kernel.read_bytes())
-    before = listing(kernel.parent)
-    e = raised(kernel, transaction.revert, kernel)
-    assert (str(e), e.code) == (
+    assert refused(kernel, transaction.revert, kernel) == (
         f"{kernel}: sha256 {now[:16]}… is not what sglang-dsv4-fix wrote ({NO_INIT[:16]}…); "
         "refusing to revert someone else's change",
         Exit.REFUSED,
     )
-    assert listing(kernel.parent) == before
 
 
 # --------------------------------------------------------------------------- the backup
@@ -912,14 +915,11 @@ def test_an_oversized_kernel_at_commit_is_refused(tree: Tree) -> None:
     kernel = kernel_of(tree)
     plan = transaction.plan_apply(inspect(tree), "no-init")
     kernel.write_bytes(b"x" * (KERNEL_LIMIT + 1))
-    before = listing(kernel.parent)
-    e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (
+    assert refused(kernel, transaction.commit_plan, kernel, plan) == (
         f"{kernel}: the kernel is {KERNEL_LIMIT + 1} bytes, over the {KERNEL_LIMIT}-byte limit; "
         "not reading it",
         Exit.NOT_FOUND,
     )
-    assert listing(kernel.parent) == before
 
 
 def test_a_patch_that_misses_the_manifest_hash_is_an_internal_error(tree: Tree) -> None:
