@@ -400,28 +400,24 @@ def test_a_failed_switch_puts_the_old_record_back_with_its_owner(tree: Tree) -> 
 def test_a_failed_revert_changes_nothing(tree: Tree) -> None:
     kernel = kernel_of(tree)
     apply(tree)
-    before = listing(kernel.parent)
     with file_size_limit(4096):
-        e = raised(kernel, transaction.revert, kernel)
-    assert (str(e), e.code) == (
+        said = refused(kernel, transaction.revert, kernel)
+    assert said == (
         f"{kernel.parent}: cannot write (File too large); nothing changed",
         Exit.REFUSED,
     )
-    assert listing(kernel.parent) == before
 
 
 def test_a_failed_recovery_says_the_next_run_finishes(tree: Tree) -> None:
     kernel = kernel_of(tree)
     apply(tree)
     provenance.write(kernel, record_of(kernel)._replace(state="pending"))
-    before = listing(kernel.parent)
     with file_size_limit(100):
-        e = raised(kernel, transaction.recover, kernel)
-    assert (str(e), e.code) == (
+        said = refused(kernel, transaction.recover, kernel)
+    assert said == (
         f"{kernel.parent}: cannot write (File too large); the next run finishes or rolls back",
         Exit.REFUSED,
     )
-    assert listing(kernel.parent) == before
 
 
 def test_undo_runs_every_step_last_first_and_says_whether_all_worked(tmp_path: Path) -> None:
