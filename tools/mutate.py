@@ -79,6 +79,7 @@ MODULES: dict[str, Target] = {
     # transaction's and the record's (real failed writes, hostile files), durability, bad input
     "fsops": Target(
         (
+            "tests/test_fsops.py",
             "tests/test_transaction.py",
             "tests/test_provenance.py",
             "tests/test_durability.py",
