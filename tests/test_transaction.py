@@ -338,14 +338,12 @@ def test_a_plan_without_replaces_checks_the_recorded_base(tree: Tree) -> None:
 def test_a_failed_backup_write_changes_nothing(tree: Tree) -> None:
     kernel = kernel_of(tree)
     plan = transaction.plan_apply(inspect(tree), "no-init")
-    before = listing(kernel.parent)
     with file_size_limit(4096):
-        e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (
+        said = refused(kernel, transaction.commit_plan, kernel, plan)
+    assert said == (
         f"{kernel.parent}: cannot write (File too large); nothing changed",
         Exit.REFUSED,
     )
-    assert listing(kernel.parent) == before
 
 
 def test_a_failed_kernel_write_takes_back_the_backup_and_the_record(tree: Tree) -> None:
@@ -353,14 +351,12 @@ def test_a_failed_kernel_write_takes_back_the_backup_and_the_record(tree: Tree) 
     size = len(kernel.read_bytes())
     plan = transaction.plan_apply(inspect(tree), "barrier")
     assert len(plan.new_data) > size  # the barrier adds a line: the backup fits, the kernel not
-    before = listing(kernel.parent)
     with file_size_limit(size):
-        e = raised(kernel, transaction.commit_plan, kernel, plan)
-    assert (str(e), e.code) == (
+        said = refused(kernel, transaction.commit_plan, kernel, plan)
+    assert said == (
         f"{kernel.parent}: cannot write (File too large); nothing changed",
         Exit.REFUSED,
     )
-    assert listing(kernel.parent) == before
 
 
 def test_a_failed_kernel_write_keeps_a_backup_it_did_not_write(tree: Tree) -> None:
