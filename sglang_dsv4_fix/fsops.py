@@ -51,7 +51,7 @@ def sha256_file(path: Path) -> str:
 
 
 def read_regular(
-    path: Path,
+    path: Path | str,
     limit: int,
     what: str,
     code: int = Exit.NOT_FOUND,
@@ -65,7 +65,7 @@ def read_regular(
     ``FatalError`` with ``code`` and one line naming ``path`` and ``what`` it should have been.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    name = path.name if dir_fd is not None else path
+    name = Path(path).name if dir_fd is not None else path
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as e:
@@ -77,7 +77,7 @@ def read_regular(
         os.close(fd)
 
 
-def _read_fd(fd: int, path: Path, limit: int, what: str, code: int) -> bytes:
+def _read_fd(fd: int, path: Path | str, limit: int, what: str, code: int) -> bytes:
     st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):  # as open(2) of a folder for writing would say
         raise FatalError(f"{path}: cannot read the {what} (Is a directory)", code)
@@ -98,7 +98,7 @@ def _read_fd(fd: int, path: Path, limit: int, what: str, code: int) -> bytes:
     return b"".join(chunks)
 
 
-def _too_big(path: Path, what: str, size: int, limit: int) -> str:
+def _too_big(path: Path | str, what: str, size: int, limit: int) -> str:
     return f"{path}: the {what} is {size} bytes, over the {limit}-byte limit; not reading it"
 
 

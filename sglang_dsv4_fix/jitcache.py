@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes, sha256_file
@@ -28,7 +28,6 @@ from sglang_dsv4_fix.jitnames import (
     CUDA_FILE,
     LOADER_LIMIT,
     MODULE,
-    Scheme,
     cache_root,
     loader_file,
     module_name,
@@ -39,6 +38,9 @@ from sglang_dsv4_fix.jitnames import (
     source_hash,
 )
 from sglang_dsv4_fix.tree import Tree
+
+if TYPE_CHECKING:
+    from sglang_dsv4_fix.jitnames import Scheme
 
 Origin = Literal["original", "no-init", "barrier", "current", "cannot tell", "other"]
 

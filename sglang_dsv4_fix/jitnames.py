@@ -21,17 +21,20 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular
 
 if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
     from sglang_dsv4_fix.tree import Tree
 
-Scheme = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
+    Scheme: TypeAlias = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
 
 MODULE = "sgl_kernel_jit_dpsk_v4_compress_plan"  # the start of every release's planner build name
 CUDA_FILE = "deepseek_v4/c_plan.cuh"  # what every release's _jit_compress_plan_module() builds
@@ -45,14 +48,12 @@ LOADER_FILES = (
 )
 LOADER_LIMIT = 1024 * 1024  # the loaders are 10-40 KB
 
-# Patterns as strings: ``re`` compiles them on first use, so a process whose cache holds no planner
-# entry (the usual case) compiles none.
-_HEX16 = "[0-9a-f]{16}"
-_NAMES: dict[Scheme, str] = {
-    "content-dir": rf"^{MODULE}_(?P<src>{_HEX16})__arch_(?P<arch>[^_/]+)__tvmffi_(?P<tvmffi>[^/]+)$",
-    "content-name": rf"^{MODULE}_(?P<src>{_HEX16})_(?P<ffi>{_HEX16})$",
-    "tvmffi-default": rf"^{MODULE}_(?P<ffi>{_HEX16})$",
-}
+# Build names (FACTS.md, "JIT build cache"), ``<hex16>`` lowercase; parse_name reads them:
+#   content-dir     MODULE_<src hex16>__arch_<arch: no "_" or "/">__tvmffi_<version: no "/">
+#   content-name    MODULE_<src hex16>_<ffi hex16>
+#   tvmffi-default  MODULE_<ffi hex16>
+_PREFIX, _ARCH, _TVMFFI = f"{MODULE}_", "__arch_", "__tvmffi_"
+# Patterns as strings: ``re`` compiles them on first use, in a process that hashes the sources.
 # The loaders' include patterns, each anchored ``^\s*`` under re.MULTILINE (see _directives).
 _QUOTED: dict[Scheme, str] = {
     "content-name": r'#\s*include\s+"([^"]+)"',
@@ -99,13 +100,27 @@ def planner_entries(root: Path) -> list[os.DirEntry[str]]:
 
 
 def parse_name(name: str) -> tuple[Scheme, dict[str, str]] | None:
-    if not name.startswith(MODULE):
+    """The scheme and parts of a build name (the forms above), or None. String operations, not
+    regular expressions: compiling those was a fifth of a cached-build check at start."""
+    if not name.startswith(_PREFIX):
         return None
-    for scheme, pattern in _NAMES.items():
-        m = re.match(pattern, name)
-        if m:
-            return scheme, m.groupdict()
+    first, rest = name[len(_PREFIX) : len(_PREFIX) + 16], name[len(_PREFIX) + 16 :]
+    if not _hex16(first):
+        return None
+    if not rest:
+        return "tvmffi-default", {"ffi": first}
+    if rest.startswith(_ARCH):
+        arch, _, tvmffi = rest[len(_ARCH) :].partition(_TVMFFI)  # no separator: no tvmffi
+        if arch and tvmffi and "_" not in arch and "/" not in arch and "/" not in tvmffi:
+            return "content-dir", {"src": first, "arch": arch, "tvmffi": tvmffi}
+        return None
+    if rest[0] == "_" and _hex16(rest[1:]):
+        return "content-name", {"src": first, "ffi": rest[1:]}
     return None
+
+
+def _hex16(text: str) -> bool:
+    return len(text) == 16 and not text.strip("0123456789abcdef")
 
 
 # --------------------------------------------------------------------------- the tree's scheme
@@ -148,18 +163,16 @@ def source_hash(tree: Tree, data: bytes, scheme: Scheme) -> str:
         raise ValueError(f"scheme {scheme} has no source hash")
     root = os.path.realpath(tree.kernel_root)
     real = _Resolver()
-    kernel = real(os.path.join(root, "csrc", CUDA_FILE))
+    kernel, is_file = real.file(os.path.join(root, "csrc", CUDA_FILE))
     digest = hashlib.sha256()
     seen: set[str] = set()
-    stack = [kernel]
+    stack = [kernel] if is_file else []
     while stack:
         path = stack.pop()
-        if path in seen or not os.path.isfile(path):
+        if path in seen:
             continue
         seen.add(path)
-        content = (
-            data if path == kernel else read_regular(Path(path), KERNEL_LIMIT, "kernel header")
-        )
+        content = data if path == kernel else read_regular(path, KERNEL_LIMIT, "kernel header")
         digest.update(_ident(path, root, scheme).encode())
         digest.update(b"\0")
         digest.update(content)
@@ -170,21 +183,30 @@ def source_hash(tree: Tree, data: bytes, scheme: Scheme) -> str:
 
 class _Resolver:
     """The loaders' ``(folder / include).resolve()`` (``os.path.realpath``), with each folder
-    resolved once: a header's path costs one ``lstat`` of its own instead of one per component
-    (30-odd headers of 8-10 components each)."""
+    resolved once, and whether that is a file (``is_file()``): one ``lstat`` per header instead
+    of one per path component and a ``stat`` besides (30-odd headers of 8-10 components each)."""
 
     def __init__(self) -> None:
         self._folders: dict[str, str] = {}
 
-    def __call__(self, path: str) -> str:
+    def file(self, path: str) -> tuple[str, bool]:
+        """The resolved path, and whether it is a regular file (through any links)."""
         parent, name = os.path.split(path)
         if name in ("", ".", ".."):  # not a file name: resolve it whole, as the loader does
-            return os.path.realpath(path)
+            full = os.path.realpath(path)
+            return full, os.path.isfile(full)
         folder = self._folders.get(parent)
         if folder is None:
             folder = self._folders[parent] = os.path.realpath(parent)
         full = os.path.join(folder, name)
-        return os.path.realpath(full) if os.path.islink(full) else full
+        try:
+            mode = os.lstat(full).st_mode
+        except (OSError, ValueError):
+            return full, False
+        if stat.S_ISLNK(mode):
+            full = os.path.realpath(full)
+            return full, os.path.isfile(full)
+        return full, stat.S_ISREG(mode)
 
 
 def _ident(path: str, root: str, scheme: Scheme) -> str:
@@ -197,13 +219,14 @@ def _ident(path: str, root: str, scheme: Scheme) -> str:
 
 
 def _includes(path: str, content: bytes, root: str, scheme: Scheme, real: _Resolver) -> list[str]:
+    """The files ``path`` includes that exist, resolved, in the loader's order."""
     text = content.decode("utf-8", errors="ignore")
     folder = os.path.dirname(path)
-    found = [real(os.path.join(folder, inc)) for inc in _directives(_QUOTED[scheme], text)]
+    found = [real.file(os.path.join(folder, inc)) for inc in _directives(_QUOTED[scheme], text)]
     if scheme == "content-dir":
         include = os.path.join(root, "include")
-        found += [real(os.path.join(include, inc)) for inc in _directives(_ANGLE, text)]
-    return [p for p in found if os.path.isfile(p)]
+        found += [real.file(os.path.join(include, inc)) for inc in _directives(_ANGLE, text)]
+    return [p for p, is_file in found if is_file]
 
 
 def _directives(pattern: str, text: str) -> list[str]:

@@ -307,3 +307,59 @@ def test_include_scan_finds_what_the_loaders_regex_finds() -> None:
             assert jitnames._directives(pattern, text) == re.findall(
                 r"^\s*" + pattern, text, re.MULTILINE
             ), (pattern, text)
+
+
+# The loaders' build names as regular expressions: the reference parse_name's string tests match.
+NAME_FORMS = {
+    "content-dir": r"(?P<src>[0-9a-f]{16})__arch_(?P<arch>[^_/]+)__tvmffi_(?P<tvmffi>[^/]+)",
+    "content-name": r"(?P<src>[0-9a-f]{16})_(?P<ffi>[0-9a-f]{16})",
+    "tvmffi-default": r"(?P<ffi>[0-9a-f]{16})",
+}
+
+
+def reference_parse(name: str) -> tuple[str, dict[str, str]] | None:
+    for scheme, form in NAME_FORMS.items():
+        m = re.fullmatch(re.escape(jitnames.MODULE) + "_" + form, name)
+        if m:
+            return scheme, m.groupdict()
+    return None
+
+
+def test_build_names_parse_as_the_loaders_forms_read() -> None:
+    """parse_name (string operations) against the forms as regular expressions, on real names
+    and on names made of near-miss pieces: wrong case, short hex, ``_``/``/`` where they cannot
+    be, missing or doubled separators, trailing text."""
+    real = [
+        "sgl_kernel_jit_dpsk_v4_compress_plan_2efe45ca259121f6__arch_9.0__tvmffi_0.1.9",
+        "sgl_kernel_jit_dpsk_v4_compress_plan_d2fa2dab1d672b7c__arch_9.0a__tvmffi_0.1.11",
+        "sgl_kernel_jit_dpsk_v4_compress_plan_d2fa2dab1d672b7c_0123456789abcdef",
+        "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef",
+    ]
+    parsed = [jitnames.parse_name(n) for n in real]
+    assert [p and p[0] for p in parsed] == ["content-dir", "content-dir", "content-name",
+                                          "tvmffi-default"]  # fmt: skip
+    assert parsed[1] == ("content-dir", {"src": "d2fa2dab1d672b7c", "arch": "9.0a",
+                                         "tvmffi": "0.1.11"})  # fmt: skip
+    rng = random.Random(32467)
+    hexes = ["0123456789abcdef", "d2fa2dab1d672b7c", "0123456789ABCDEF", "0123456789abcde",
+             "0123456789abcdef0", "0123456789abcdeg", ""]  # fmt: skip
+    arches, versions = ["9.0a", "9.0", "", "9_0", "9/0", "sm 90"], ["0.1.11", "", "0/1", "0_1"]
+    tails = ["", "", "", "\n", "_", "x", "__arch_"]
+    prefixes = [
+        jitnames.MODULE + "_",
+        jitnames.MODULE,
+        jitnames.MODULE + "__",
+        "x" + jitnames.MODULE,
+    ]
+    seen = set()
+    for _ in range(20000):
+        h = rng.choice(hexes)
+        body = rng.choice([h, f"{h}_{rng.choice(hexes)}", f"{h}{rng.choice('_x')}{rng.choice(hexes)}",
+                           f"{h}__arch_{rng.choice(arches)}__tvmffi_{rng.choice(versions)}"])  # fmt: skip
+        name = rng.choice(prefixes) + body + rng.choice(tails)
+        expected = reference_parse(name)
+        assert jitnames.parse_name(name) == expected, name
+        seen.add(expected and expected[0])
+    assert seen == {None, *NAME_FORMS}  # the names reached every form, and near misses
+    for name in real:
+        assert jitnames.parse_name(name) == reference_parse(name) is not None
