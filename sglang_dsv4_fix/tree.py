@@ -9,14 +9,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import read_regular
 from sglang_dsv4_fix.value import Value
 
-Layout = Literal["pre-refactor", "post-refactor"]
-Kind = Literal["git", "installed", "package"]
+if TYPE_CHECKING:  # aliases for the checker: a Literal costs its definition in every process
+    from typing import Literal, TypeAlias
+
+    Layout: TypeAlias = Literal["pre-refactor", "post-refactor"]
+    Kind: TypeAlias = Literal["git", "installed", "package"]
 
 # Kernel root (holds csrc/ and include/) and loader module, per layout; from FACTS.md's matrix.
 KERNEL_ROOTS: dict[Layout, str] = {

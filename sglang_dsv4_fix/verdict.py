@@ -22,26 +22,29 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from sglang_dsv4_fix.errors import Exit
 from sglang_dsv4_fix.value import Value
 
 if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
     from sglang_dsv4_fix.state import KernelState
     from sglang_dsv4_fix.tree import Tree
 
-State = Literal[
-    "verified",
-    "fixed-unpinned",
-    "edited-since",
-    "racy",
-    "unknown",
-    "unsafe",
-    "not-applicable",
-    "stale-build",
-    "wrong-variant",
-]
+    State: TypeAlias = Literal[
+        "verified",
+        "fixed-unpinned",
+        "edited-since",
+        "racy",
+        "unknown",
+        "unsafe",
+        "not-applicable",
+        "stale-build",
+        "wrong-variant",
+    ]
+
 PR = "sgl-project/sglang#32467"
 # the subcommands that take --cache-dir: a fixing command repeats the user's (tests check the parser)
 CACHE_DIR_COMMANDS = ("apply", "clear-cache", "prewarm", "revert", "status", "verify")
