@@ -1,8 +1,7 @@
 """The release manifest (patches/manifest.json, package data written by backport/).
 
-Read on every ``verify``, so read by path: the ``sglang_dsv4_fix.patches`` package's own search
-location (wherever the wheel or an editable install put it), not ``importlib.resources``, whose
-import (with ``zipfile``) costs more than the whole manifest lookup.
+Read on every ``verify``, so read by path (``data_dir``), not ``importlib.resources``, whose import
+(with ``zipfile``) costs more than the whole manifest lookup.
 """
 
 from __future__ import annotations
@@ -84,7 +83,12 @@ class Manifest(Value):
 
 
 def data_dir() -> Path:
-    """Where the patches package lives, as the import system found it (wheel, editable, zip-free)."""
+    """Where the patches package lives: beside this module in an installed wheel (no import: the
+    package's own import was half of a manifest lookup in every SGLang process), else where the
+    import system finds it (an editable install maps the repository's patches/ there)."""
+    beside = Path(__file__).parent / "patches"
+    if (beside / MANIFEST).is_file():
+        return beside
     import importlib
 
     spec = importlib.import_module(f"{__package__}.patches").__spec__

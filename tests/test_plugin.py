@@ -11,6 +11,7 @@ imports transformers and the model zoo).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -21,7 +22,9 @@ from pathlib import Path
 import pytest
 from plugin_env import copy_site, install_self, release_site, run_python, server_site
 
+from sglang_dsv4_fix import jitnames
 from sglang_dsv4_fix.main import main
+from sglang_dsv4_fix.tree import find_tree
 
 pytestmark = pytest.mark.slow
 
@@ -125,6 +128,41 @@ def test_no_module_walk_at_start(self_site: Path) -> None:
     )
     done = run_python(code, self_site, release_site("0.5.16"))
     assert "PATCHED []" in done.stdout and "OURS True False True" in done.stdout, done.stderr
+
+
+# What a server process imports of this package at start (docs/plugin.md, "Cost": each module is
+# 0.1-0.4 ms there). Not the patches package (its data is read beside the module), nor the kernel
+# parser, the cache inventory or anything that writes.
+START_PATH = {"", ".errors", ".fsops", ".jitnames", ".manifest", ".plugin", ".provenance",
+              ".state", ".tree", ".value", ".verdict"}  # fmt: skip
+
+
+@pytest.mark.parametrize("tree", ["racy", "fixed, build cached"])
+def test_the_start_path_imports_only_what_the_verdict_needs(
+    tree: str, self_site: Path, tmp_path: Path
+) -> None:
+    site = release_site("0.5.16") if tree == "racy" else patched("0.5.16", tmp_path)
+    cache = tmp_path / "cache"
+    if tree != "racy":  # a build named by the fixed kernel's sources, as its first start leaves
+        tree_ = find_tree(site / "sglang")
+        name = jitnames.module_name(tree_, tree_.kernel_path.read_bytes(), "content-dir")  # type: ignore[union-attr]
+        (cache / f"{name}__arch_9.0a__tvmffi_0.1.11").mkdir(parents=True)
+    code = SERVE + (
+        "import sys\n"
+        "from sglang_dsv4_fix import manifest\n"
+        "print('OURS', sorted(m for m in sys.modules if m.startswith('sglang_dsv4_fix')))\n"
+        "print('DATA', manifest.data_dir())\n"
+    )
+    done = run_python(code, self_site, site, env={"TVM_FFI_CACHE_DIR": str(cache)})
+    assert done.returncode == 0, done.stderr
+    ours = re.search(r"^OURS (.*)$", done.stdout, re.MULTILINE)
+    assert ours is not None, done.stdout
+    expected = START_PATH - {".jitnames"} if tree == "racy" else START_PATH  # racy: no cache check
+    assert set(ast.literal_eval(ours.group(1))) == {f"sglang_dsv4_fix{m}" for m in expected}
+    assert f"DATA {self_site / 'sglang_dsv4_fix' / 'patches'}\n" in done.stdout
+    (line,) = LINE.findall(done.stderr)  # the cached build was judged by its name: current
+    assert ("variant=racy-init" if tree == "racy" else "variant=no-init") in line
+    assert "STALE" not in line, line
 
 
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.17"])
