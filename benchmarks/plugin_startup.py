@@ -14,7 +14,10 @@ nvcc). Three arms per tree, in rotating order each round:
   imports the module); asserted: ours absent, it present;
 - ``plugin``: this package (asserted: entry point present, module imported).
 Prints medians side by side, of wall-clock time and of the probe thread's CPU time (on a busy
-machine the second is the work itself); exit 1 if any tree adds more than 3 ms wall-clock.
+machine the second is the work itself), then the plugins' own part of the window, timed inside it
+(each entry point's ``ep.load()`` and call, through a wrapper around ``EntryPoint.load``, and
+``configure_logger()`` alone): SGLang's entry-point scan around it varies between processes by more
+than the plugin costs. Exit 1 if any tree adds more than 3 ms wall-clock.
 """
 
 from __future__ import annotations
