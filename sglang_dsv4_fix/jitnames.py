@@ -101,7 +101,7 @@ def planner_entries(root: Path) -> list[os.DirEntry[str]]:
 
 def parse_name(name: str) -> tuple[Scheme, dict[str, str]] | None:
     """The scheme and parts of a build name (the forms above), or None. String operations, not
-    regular expressions: compiling those was a fifth of a cached-build check at start."""
+    regular expressions: compiling those took 0.4 ms of a cached-build check at start."""
     if not name.startswith(_PREFIX):
         return None
     first, rest = name[len(_PREFIX) : len(_PREFIX) + 16], name[len(_PREFIX) + 16 :]
