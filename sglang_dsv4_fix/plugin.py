@@ -240,29 +240,45 @@ def _patched_by(current: Any) -> str:
 
 
 def start_line(p: _Process) -> str:
+    """One line of ``key=value`` fields (logfmt: a value with a space, a quote or an ``=`` is
+    quoted, so a log pipeline splits it into the fields written), then, after `` -- ``, the
+    problem in words."""
     s = p.status
     where = _where(p)
     if s.kernel is None:
         return (f"{TAG} c_plan.cuh absent (no DeepSeek-V4 planner; not affected) "
-                f"release={s.release or '?'} {where} mode={p.mode}")  # fmt: skip
-    line = (
-        f"{TAG} c_plan.cuh variant={s.variant} sha256={(s.sha256 or '')[:12]} "
-        f"release={s.release or '?'} layout={s.layout} patched-by={s.patched_by} "
-        f"{where} preconditions={s.preconditions} mode={p.mode}"
-    )
+                f"{_kv('release', s.release or '?')} {where} {_kv('mode', p.mode)}")  # fmt: skip
+    line = " ".join((
+        f"{TAG} c_plan.cuh",
+        _kv("variant", s.variant),
+        _kv("sha256", (s.sha256 or "")[:12]),
+        _kv("release", s.release or "?"),
+        _kv("layout", s.layout),
+        _kv("patched-by", s.patched_by),
+        where,
+        _kv("preconditions", s.preconditions),
+        _kv("mode", p.mode),
+    ))  # fmt: skip
     if s.problem:
         line += f" -- {s.problem}; serving continues"
     return line
 
 
 def _where(p: _Process) -> str:
-    parts = [f"process={p.role}"]
+    parts = [_kv("process", p.role)]
     if p.rank:
-        parts.append(f"rank={p.rank}")
+        parts.append(_kv("rank", p.rank))
     if p.gpu is not None:
-        parts.append(f"gpu={p.gpu}")
+        parts.append(_kv("gpu", p.gpu))
     parts.append(f"pid={os.getpid()}")
     return " ".join(parts)
+
+
+def _kv(key: str, value: object) -> str:
+    text = str(value)
+    if text and text.isprintable() and not any(c in text for c in ' "=\\'):
+        return f"{key}={text}"
+    return f"{key}={json.dumps(text)}"  # one line, its quotes and backslashes escaped
 
 
 def refuse_line(s: Status) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,42 @@ def test_the_status_is_the_verdict(
         state=said["state"],
         headline=said["headline"],
     )
+    if status.kernel is not None:  # (without a planner the line says so in words)
+        fields = start_fields(plugin.start_line(plugin._Process("warn", status, 0.0)))
+        assert (fields["variant"], fields["preconditions"]) == (said["variant"], preconditions)
+
+
+def start_fields(line: str) -> dict[str, str]:
+    """The start line's fields as a logfmt reader splits them (quoted values whole)."""
+    head = line.partition(" -- ")[0]
+    tag, what, *pairs = shlex.split(head)
+    assert (tag, what) == ("sglang-dsv4-fix:", "c_plan.cuh"), line
+    fields = {key: value for key, _, value in (pair.partition("=") for pair in pairs)}
+    assert all("=" in pair for pair in pairs) and len(fields) == len(pairs), line
+    return fields
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0.5.16",
+        "two words",
+        'a "quoted"=value',
+        "k=v",
+        'say"so',
+        "back\\slash",
+        "new\nline",
+        "tab\there",
+        "",
+    ],
+)
+def test_a_start_line_value_reads_back_whole(value: str) -> None:
+    said = plugin._kv("release", value)
+    assert "\n" not in said and "\t" not in said  # one line, whatever the value holds
+    key, _, text = said.partition("=")
+    assert key == "release"
+    assert (json.loads(text) if text.startswith('"') else text) == value
+    assert text.startswith('"') == (value != "0.5.16")  # a plain token is left as it is
 
 
 def _process(tmp_path: Path, tree_factory: TreeFactory, make: str = "racy") -> plugin._Process:
