@@ -245,9 +245,9 @@ def start_line(p: _Process) -> str:
     problem in words."""
     s = p.status
     where = _where(p)
-    if s.kernel is None:
-        return (f"{TAG} c_plan.cuh absent (no DeepSeek-V4 planner; not affected) "
-                f"{_kv('release', s.release or '?')} {where} {_kv('mode', p.mode)}")  # fmt: skip
+    if s.kernel is None:  # the same fields as a kernel's, so a log pipeline reads it the same way
+        return (f"{TAG} c_plan.cuh {_kv('variant', s.variant)} {_kv('release', s.release or '?')} "
+                f"{where} {_kv('mode', p.mode)} -- no DeepSeek-V4 planner; not affected")  # fmt: skip
     line = " ".join((
         f"{TAG} c_plan.cuh",
         _kv("variant", s.variant),

@@ -229,10 +229,18 @@ def test_a_healthy_or_healed_start_is_said_so(tree_factory: TreeFactory, tmp_pat
 def test_no_planner_is_said_so(tree_factory: TreeFactory, tmp_path: Path) -> None:
     root = tree_factory.installed("0.5.11", tmp_path / "sp")
     p = plugin._Process("enforce", plugin.inspect_tree(root / "sglang"), 0.0)
-    assert plugin.start_line(p) == (
-        "sglang-dsv4-fix: c_plan.cuh absent (no DeepSeek-V4 planner; not affected) "
-        f"release=0.5.11 process=main pid={os.getpid()} mode=enforce"
+    line = plugin.start_line(p)
+    assert line == (
+        "sglang-dsv4-fix: c_plan.cuh variant=not-applicable release=0.5.11 process=main "
+        f"pid={os.getpid()} mode=enforce -- no DeepSeek-V4 planner; not affected"
     )
+    assert start_fields(line) == {
+        "variant": "not-applicable",
+        "release": "0.5.11",
+        "process": "main",
+        "pid": str(os.getpid()),
+        "mode": "enforce",
+    }
 
 
 # --------------------------------------------------------------------------- a loaded build
