@@ -53,13 +53,13 @@ check() {
 # `pytest -m gpu` on this checkout (its patches/ beside the package, as in a wheel), with the
 # packages plugin_check_0517.sh laid into /tmp/site and the carried 0.5.12 and 0.5.16 wheels.
 tests() {
-  local here=$PWD wc=/tmp/gpu-wheels
+  local wc=/tmp/gpu-wheels
   rm -rf "$wc" && mkdir -p "$wc" && cp "$P"/sglang-0.5.16-*.whl "$P"/w12/sglang-0.5.12-*.whl "$wc" || return 9
   rm -rf /tmp/gpu-repo && mkdir -p /tmp/gpu-repo && cp -r sglang_dsv4_fix tests pyproject.toml /tmp/gpu-repo || return 9
   cp -r patches /tmp/gpu-repo/sglang_dsv4_fix/patches || return 9
   (cd /tmp/gpu-repo && PYTHONPATH=/tmp/gpu-repo:/tmp/site SGLANG_DSV4_FIX_WHEEL_CACHE=$wc \
      timeout "${TESTS_S:-300}" python3 -m pytest -m gpu -p no:cacheprovider -q tests) > "$OUT/pytest_gpu.txt" 2>&1
-  echo "pytest -m gpu rc=$? ($here at $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  echo "pytest -m gpu rc=$?"
   tail -3 "$OUT/pytest_gpu.txt"
 }
 
