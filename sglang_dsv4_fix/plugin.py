@@ -46,7 +46,6 @@ SCHEMA = 1
 # scheduler process it is called by configure_scheduler_process(server_args, gpu_id, ...).
 LOGGER_FUNCTION, SCHEDULER_FUNCTION = "configure_logger", "configure_scheduler_process"
 JIT_FUNCTION = "_jit_compress_plan_module"
-SO_MARK = "dpsk_v4_compress_plan"  # in every release's planner module (and so .so) name
 
 
 class Status(Value):
@@ -526,7 +525,9 @@ def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -
         return original(*args, **kwargs)
     _log_start()  # a process that never configured logging says it at first use
     p.jit_done = True
-    t0, before = time.time(), _mapped_planner_objects()
+    from sglang_dsv4_fix import jitload
+
+    t0, before = time.time(), jitload.mapped_planner_objects()
     module = original(*args, **kwargs)
     report: dict[str, Any] = {}
     _guard("JIT-load report", lambda: report.update(_jit_report(p, t0, before)))
@@ -535,130 +536,21 @@ def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -
     return module
 
 
-def _mapped_planner_objects() -> set[str]:
-    """Planner .so files this process has mapped (/proc/self/maps: what dlopen really took)."""
-    found: set[str] = set()
-    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8") as maps:
-        for line in maps:
-            if SO_MARK in line and ".so" in line:
-                found.add(line.split(None, 5)[-1].strip())
-    return found
-
-
 def _jit_report(p: _Process, t0: float, before: set[str]) -> dict[str, Any]:
-    after = _mapped_planner_objects()
+    from sglang_dsv4_fix import jitload
+
+    after = jitload.mapped_planner_objects()
     new = sorted(after - before) or sorted(after)
     so = Path(new[0]) if new else None
-    built = _built_from(p, so, t0)
+    built = jitload.built_from(p.status, so, t0)
     record = {**start_record(p), "event": "jit-load", "so": str(so) if so else None, **built}
     record["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record.update(_jit_verdict(p.status, built))
+    record.update(jitload.build_verdict(p.status, built))
     refuses = p.mode in ENFORCING  # around_jit_module then raises: the build is not served
     record["action"] = ("refused" if refuses else "warned") if record["problem"] else "ok"
     _log_jit(record)
     _guard("report", lambda: write_report(record))
     return record
-
-
-def _built_from(p: _Process, so: Path | None, t0: float) -> dict[str, Any]:
-    """What the loaded .so was built from: our sidecar, the cache model, or (a build this call
-    caused) the kernel bytes on disk now, in which case we leave a sidecar beside it."""
-    if so is None:
-        return {"compiled_now": None, "built_from": "unknown", "built_variant": None,
-                "built_sha256": None, "evidence": ".so not found in /proc/self/maps"}  # fmt: skip
-    compiled_now = so.stat().st_mtime >= t0 - 1.0
-    note = _sidecar(so)
-    if note is not None:
-        return _from_note(note, compiled_now, "sidecar beside the build")
-    if compiled_now and p.status.kernel:
-        return _record_build(p, so)
-    return _from_cache_model(p, so, compiled_now)
-
-
-def _from_note(note: dict[str, Any], compiled_now: bool, evidence: str) -> dict[str, Any]:
-    return {
-        "compiled_now": compiled_now,
-        "built_from": note.get("kernel"),
-        "built_variant": note.get("variant"),
-        "built_sha256": note.get("kernel_sha256"),
-        "evidence": evidence,
-    }
-
-
-def _sidecar(so: Path) -> dict[str, Any] | None:
-    """Our note beside the loaded .so, if it speaks for that very file."""
-    try:
-        from sglang_dsv4_fix import jitcache
-    except ImportError:
-        return None
-    return jitcache.read_sidecar(so.parent, so.name)
-
-
-def _record_build(p: _Process, so: Path) -> dict[str, Any]:
-    from sglang_dsv4_fix import __version__
-    from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
-    from sglang_dsv4_fix.kernel import classify
-
-    assert p.status.kernel is not None
-    data = read_regular(Path(p.status.kernel), KERNEL_LIMIT, "kernel")
-    note = {
-        "tool": "sglang-dsv4-fix",
-        "tool_version": __version__,
-        "written_by": "plugin",
-        "release": p.status.release,
-        "kernel": p.status.kernel,
-        "kernel_sha256": sha256_bytes(data),
-        "variant": classify(data.decode("utf-8", errors="replace")).variant,
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    evidence = "compiled by this call from the kernel on disk"
-    with contextlib.suppress(ImportError):
-        from sglang_dsv4_fix import jitcache
-
-        jitcache.write_sidecar(so.parent, so, note)
-        evidence += "; sidecar written"
-    return _from_note(note, True, evidence)
-
-
-def _from_cache_model(p: _Process, so: Path, compiled_now: bool) -> dict[str, Any]:
-    from sglang_dsv4_fix import jitcache
-    from sglang_dsv4_fix.tree import find_tree
-
-    tree = find_tree(p.status.package_dir)
-    for build in jitcache.inventory(tree, so.parent.parent):
-        if build.path == so.parent:
-            return {"compiled_now": compiled_now, "built_from": p.status.kernel,
-                    "built_variant": _origin_variant(build.origin, p.status),
-                    "built_sha256": build.origin_sha256, "evidence": build.detail}  # fmt: skip
-    return {"compiled_now": compiled_now, "built_from": None, "built_variant": None,
-            "built_sha256": None, "evidence": "not a build this tool can name"}  # fmt: skip
-
-
-def _origin_variant(origin: str, status: Status) -> str | None:
-    if origin == "original":
-        return "racy-init"
-    if origin == "current":
-        return status.variant
-    return origin if origin in ("no-init", "barrier") else None
-
-
-def _jit_verdict(status: Status, built: dict[str, Any]) -> dict[str, Any]:
-    """The loaded build in the verdict's words (verdict.py): a racy build under a fixed kernel is
-    ``stale-build`` (exit 5), under the racy kernel ``racy`` (1), an untellable one ``unknown`` (3)."""
-    from sglang_dsv4_fix.errors import Exit
-    from sglang_dsv4_fix.kernel import FIXED
-    from sglang_dsv4_fix.verdict import PR
-
-    variant = built.get("built_variant")
-    if variant in FIXED:
-        return {"state": status.state, "exit": status.exit_code, "problem": None}
-    if variant == "racy-init":
-        state, code = ("racy", Exit.VULNERABLE) if status.variant == "racy-init" else (
-            "stale-build", Exit.STALE_BUILD)  # fmt: skip
-        message = f"the loaded planner .so was built from the racy kernel ({PR})"
-        return {"state": state, "exit": int(code), "problem": message}
-    message = f"cannot tell what the loaded planner .so was built from ({built.get('evidence')})"
-    return {"state": "unknown", "exit": int(Exit.UNKNOWN), "problem": message}
 
 
 def _log_jit(r: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from test_jitcache import lay_build, real_dir
 from test_verdict import FULL, Full, _without_release
 from trees import TreeFactory
 
-from sglang_dsv4_fix import __version__, jitcache, kernel, plugin, state
+from sglang_dsv4_fix import __version__, jitcache, jitload, kernel, plugin, state
 from sglang_dsv4_fix.errors import FatalError
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import Tree, find_tree
@@ -262,7 +262,7 @@ def test_a_loaded_build_is_judged_by_its_origin(
 ) -> None:
     tree_state, tree_exit = ("racy", 1) if kernel == "racy-init" else ("verified", 0)
     status = plugin.Status("/t", variant=kernel, state=tree_state, exit_code=tree_exit)
-    got = plugin._jit_verdict(status, {"built_variant": built, "evidence": "why"})
+    got = jitload.build_verdict(status, {"built_variant": built, "evidence": "why"})
     assert (got["state"], got["exit"]) == (state, exit)
     if problem is None:
         assert got["problem"] is None
@@ -279,11 +279,11 @@ def test_a_loaded_build_is_judged_by_its_origin(
 )  # fmt: skip
 def test_a_cache_origin_names_a_variant(origin: str, variant: str | None) -> None:
     status = plugin.Status("/t", variant="barrier")
-    assert plugin._origin_variant(origin, status) == variant
+    assert jitload.origin_variant(origin, status) == variant
 
 
 def _built(p: plugin._Process, so: Path | None, t0: float) -> dict[str, object]:
-    return plugin._built_from(p, so, t0)
+    return jitload.built_from(p.status, so, t0)
 
 
 def _so(build: Path, mtime: int = 1_700_000_000) -> Path:

@@ -96,9 +96,9 @@ MODULES: dict[str, Target] = {
     "transaction": Target(
         ("tests/test_transaction.py", "tests/test_durability.py", "tests/test_bad_input.py")
     ),
-    # the plugin's judging (its status is the verdict; the start line and record say it) and its
-    # judging of a loaded build; the hooks and I/O run only under SGLang's loader (subprocess
-    # tests: test_plugin.py, test_plugin_jit.py), out of mutmut's reach
+    # the plugin's judging (its status is the verdict; the start line and record say it); the
+    # hooks and I/O run only under SGLang's loader (subprocess tests: test_plugin.py,
+    # test_plugin_jit.py), out of mutmut's reach
     "plugin": Target(
         ("tests/test_plugin_judging.py",),
         functions=tuple(
@@ -112,11 +112,21 @@ MODULES: dict[str, Target] = {
                 "x_refuse_line",
                 "x__action",
                 "x_start_record",
-                "x__built_from",
+            )
+        ),
+    ),
+    # the judging of a loaded build (what it was built from, in the verdict's words); the
+    # /proc/self/maps read runs only in a process that loads the planner (test_plugin_jit.py)
+    "jitload": Target(
+        ("tests/test_plugin_judging.py",),
+        functions=tuple(
+            f"sglang_dsv4_fix.jitload.{f}__mutmut_*"
+            for f in (
+                "x_built_from",
                 "x__from_note",
                 "x__from_cache_model",
-                "x__origin_variant",
-                "x__jit_verdict",
+                "x_origin_variant",
+                "x_build_verdict",
             )
         ),
     ),

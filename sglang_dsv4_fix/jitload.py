@@ -1,0 +1,130 @@
+"""What the planner .so a process loaded was built from, in the verdict's words.
+
+The plugin's JIT-load report (plugin.around_jit_module) uses this module on the first call of
+the release's ``_jit_compress_plan_module``, in a process about to compile or load the planner;
+it is kept out of the plugin's start path, which every SGLang process pays (docs/plugin.md,
+"Cost").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the plugin renders the status; this module only reads it
+    from sglang_dsv4_fix.plugin import Status
+
+SO_MARK = "dpsk_v4_compress_plan"  # in every release's planner module (and so .so) name
+
+
+def mapped_planner_objects() -> set[str]:
+    """Planner .so files this process has mapped (/proc/self/maps: what dlopen really took)."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8") as maps:
+        for line in maps:
+            if SO_MARK in line and ".so" in line:
+                found.add(line.split(None, 5)[-1].strip())
+    return found
+
+
+def built_from(status: Status, so: Path | None, t0: float) -> dict[str, Any]:
+    """What the loaded .so was built from: our sidecar, the cache model, or (a build this call
+    caused) the kernel bytes on disk now, in which case we leave a sidecar beside it."""
+    if so is None:
+        return {"compiled_now": None, "built_from": "unknown", "built_variant": None,
+                "built_sha256": None, "evidence": ".so not found in /proc/self/maps"}  # fmt: skip
+    compiled_now = so.stat().st_mtime >= t0 - 1.0
+    note = _sidecar(so)
+    if note is not None:
+        return _from_note(note, compiled_now, "sidecar beside the build")
+    if compiled_now and status.kernel:
+        return _record_build(status, so)
+    return _from_cache_model(status, so, compiled_now)
+
+
+def _from_note(note: dict[str, Any], compiled_now: bool, evidence: str) -> dict[str, Any]:
+    return {
+        "compiled_now": compiled_now,
+        "built_from": note.get("kernel"),
+        "built_variant": note.get("variant"),
+        "built_sha256": note.get("kernel_sha256"),
+        "evidence": evidence,
+    }
+
+
+def _sidecar(so: Path) -> dict[str, Any] | None:
+    """Our note beside the loaded .so, if it speaks for that very file."""
+    try:
+        from sglang_dsv4_fix import jitcache
+    except ImportError:
+        return None
+    return jitcache.read_sidecar(so.parent, so.name)
+
+
+def _record_build(status: Status, so: Path) -> dict[str, Any]:
+    from sglang_dsv4_fix import __version__
+    from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
+    from sglang_dsv4_fix.kernel import classify
+
+    assert status.kernel is not None
+    data = read_regular(Path(status.kernel), KERNEL_LIMIT, "kernel")
+    note = {
+        "tool": "sglang-dsv4-fix",
+        "tool_version": __version__,
+        "written_by": "plugin",
+        "release": status.release,
+        "kernel": status.kernel,
+        "kernel_sha256": sha256_bytes(data),
+        "variant": classify(data.decode("utf-8", errors="replace")).variant,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    evidence = "compiled by this call from the kernel on disk"
+    with contextlib.suppress(ImportError):
+        from sglang_dsv4_fix import jitcache
+
+        jitcache.write_sidecar(so.parent, so, note)
+        evidence += "; sidecar written"
+    return _from_note(note, True, evidence)
+
+
+def _from_cache_model(status: Status, so: Path, compiled_now: bool) -> dict[str, Any]:
+    from sglang_dsv4_fix import jitcache
+    from sglang_dsv4_fix.tree import find_tree
+
+    tree = find_tree(status.package_dir)
+    for build in jitcache.inventory(tree, so.parent.parent):
+        if build.path == so.parent:
+            return {"compiled_now": compiled_now, "built_from": status.kernel,
+                    "built_variant": origin_variant(build.origin, status),
+                    "built_sha256": build.origin_sha256, "evidence": build.detail}  # fmt: skip
+    return {"compiled_now": compiled_now, "built_from": None, "built_variant": None,
+            "built_sha256": None, "evidence": "not a build this tool can name"}  # fmt: skip
+
+
+def origin_variant(origin: str, status: Status) -> str | None:
+    if origin == "original":
+        return "racy-init"
+    if origin == "current":
+        return status.variant
+    return origin if origin in ("no-init", "barrier") else None
+
+
+def build_verdict(status: Status, built: dict[str, Any]) -> dict[str, Any]:
+    """The loaded build in the verdict's words (verdict.py): a racy build under a fixed kernel is
+    ``stale-build`` (exit 5), under the racy kernel ``racy`` (1), an untellable one ``unknown`` (3)."""
+    from sglang_dsv4_fix.errors import Exit
+    from sglang_dsv4_fix.kernel import FIXED
+    from sglang_dsv4_fix.verdict import PR
+
+    variant = built.get("built_variant")
+    if variant in FIXED:
+        return {"state": status.state, "exit": status.exit_code, "problem": None}
+    if variant == "racy-init":
+        state, code = ("racy", Exit.VULNERABLE) if status.variant == "racy-init" else (
+            "stale-build", Exit.STALE_BUILD)  # fmt: skip
+        message = f"the loaded planner .so was built from the racy kernel ({PR})"
+        return {"state": state, "exit": int(code), "problem": message}
+    message = f"cannot tell what the loaded planner .so was built from ({built.get('evidence')})"
+    return {"state": "unknown", "exit": int(Exit.UNKNOWN), "problem": message}
