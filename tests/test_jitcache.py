@@ -299,14 +299,18 @@ def test_include_scan_finds_what_the_loaders_regex_finds() -> None:
     text of directive-like pieces it must find exactly what the anchored regex finds."""
     rng = random.Random(32467)
     pieces = [" ", "\t", "\n", "\u00a0", "\x0c", "#", "include", "  include", '"a.h"', '"b/c.cuh"',
-              "<sgl_kernel/x.h>", "<other/y.h>", "// ", "x", '"', "<", ">", "#include", "\r\n"]  # fmt: skip
+              "<sgl_kernel/x.h>", "<other/y.h>", "// ", "x", '"', "<", ">", "#include", "\r\n",
+              '""', "<sgl_kernel/>", "<sgl_kernel/", "sgl_kernel/", "\x1c", "\u2028", "# include"]  # fmt: skip
     patterns = [*jitnames._QUOTED.values(), jitnames._ANGLE]
-    for _ in range(3000):
+    for _ in range(6000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 40)))
         for pattern in patterns:
             assert jitnames._directives(pattern, text) == re.findall(
                 r"^\s*" + pattern, text, re.MULTILINE
             ), (pattern, text)
+    # a match runs on past a newline (``[^"]+``), and the search goes on after it, not inside
+    spanning = '#include "a\n#include "b.h"\n'
+    assert jitnames._directives(jitnames._QUOTED["content-dir"], spanning) == ["a\n#include "]
 
 
 # The loaders' build names as regular expressions: the reference parse_name's string tests match.
