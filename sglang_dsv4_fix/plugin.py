@@ -244,9 +244,9 @@ def start_line(p: _Process) -> str:
     problem in words."""
     s = p.status
     where = _where(p)
-    if s.kernel is None:  # the same fields as a kernel's, so a log pipeline reads it the same way
+    if s.kernel is None:  # the same fields as a kernel's, then the verdict's own words
         return (f"{TAG} c_plan.cuh {_kv('variant', s.variant)} {_kv('release', s.release or '?')} "
-                f"{where} {_kv('mode', p.mode)} -- no DeepSeek-V4 planner; not affected")  # fmt: skip
+                f"{where} {_kv('mode', p.mode)} -- {s.headline}")  # fmt: skip
     line = " ".join((
         f"{TAG} c_plan.cuh",
         _kv("variant", s.variant),

@@ -232,7 +232,8 @@ def test_no_planner_is_said_so(tree_factory: TreeFactory, tmp_path: Path) -> Non
     line = plugin.start_line(p)
     assert line == (
         "sglang-dsv4-fix: c_plan.cuh variant=not-applicable release=0.5.11 process=main "
-        f"pid={os.getpid()} mode=enforce -- no DeepSeek-V4 planner; not affected"
+        f"pid={os.getpid()} mode=enforce -- NOT APPLICABLE: no DeepSeek-V4 planner in this tree "
+        "(release 0.5.11); not affected"
     )
     assert start_fields(line) == {
         "variant": "not-applicable",
