@@ -56,15 +56,13 @@ def _from_note(note: dict[str, Any], compiled_now: bool, evidence: str) -> dict[
 
 def _sidecar(so: Path) -> dict[str, Any] | None:
     """Our note beside the loaded .so, if it speaks for that very file."""
-    try:
-        from sglang_dsv4_fix import jitcache
-    except ImportError:
-        return None
+    from sglang_dsv4_fix import jitcache
+
     return jitcache.read_sidecar(so.parent, so.name)
 
 
 def _record_build(status: Status, so: Path) -> dict[str, Any]:
-    from sglang_dsv4_fix import __version__
+    from sglang_dsv4_fix import __version__, jitcache
     from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
     from sglang_dsv4_fix.kernel import classify
 
@@ -80,13 +78,8 @@ def _record_build(status: Status, so: Path) -> dict[str, Any]:
         "variant": classify(data.decode("utf-8", errors="replace")).variant,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    evidence = "compiled by this call from the kernel on disk"
-    with contextlib.suppress(ImportError):
-        from sglang_dsv4_fix import jitcache
-
-        jitcache.write_sidecar(so.parent, so, note)
-        evidence += "; sidecar written"
-    return _from_note(note, True, evidence)
+    jitcache.write_sidecar(so.parent, so, note)
+    return _from_note(note, True, "compiled by this call from the kernel on disk; sidecar written")
 
 
 def _from_cache_model(status: Status, so: Path, compiled_now: bool) -> dict[str, Any]:
