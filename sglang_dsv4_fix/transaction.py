@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglang_dsv4_fix import __version__, manifest, patching, provenance
+from sglang_dsv4_fix import __version__, manifest, patching, provenance, verdict
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import (
     KERNEL_LIMIT,
@@ -57,12 +57,10 @@ class Plan:
 
 
 def kernel_of(tree: Tree) -> Path:
+    """The kernel apply/revert would write; a tree without one fails in the verdict's words."""
     if tree.kernel_path is None:
-        raise FatalError(
-            f"{tree.package_dir}: no DeepSeek-V4 planner (deepseek_v4/c_plan.cuh) in this tree "
-            f"(release {tree.release or 'unknown'}); nothing to fix",
-            Exit.NOT_APPLICABLE,
-        )
+        headline = verdict.not_applicable_headline(tree)
+        raise FatalError(f"{tree.package_dir}: {headline}", Exit.NOT_APPLICABLE)
     return tree.kernel_path
 
 

@@ -206,16 +206,17 @@ def judge(
 # --------------------------------------------------------------------------- the rules
 
 
+def not_applicable_headline(tree: Tree) -> str:
+    """The verdict's words on a tree without the planner (0.5.11 and older), for every surface."""
+    return (
+        "NOT APPLICABLE: no DeepSeek-V4 planner in this tree "
+        f"(release {tree.release or 'unknown'}); not affected"
+    )
+
+
 def _not_applicable(tree: Tree, opts: Options) -> Verdict:
     code = Exit.OK if opts.allow_not_applicable else Exit.NOT_APPLICABLE
-    return Verdict(
-        "not-applicable",
-        code,
-        "NOT APPLICABLE: no DeepSeek-V4 planner in this tree "
-        f"(release {tree.release or 'unknown'}); not affected",
-        "not-applicable",
-        None,
-    )
+    return Verdict("not-applicable", code, not_applicable_headline(tree), "not-applicable", None)
 
 
 def _kernel_verdict(s: KernelState, opts: Options) -> Verdict:

@@ -342,7 +342,8 @@ CASES = [
     Case(
         release_0511_apply,
         Exit.NOT_APPLICABLE,
-        ERR + r".*/sglang: no DeepSeek-V4 planner .*\(release 0.5.11\); nothing to fix",
+        ERR
+        + r"{tmp}/sp/sglang: NOT APPLICABLE: no DeepSeek-V4 planner in this tree \(release 0.5.11\); not affected",
     ),
     Case(
         release_0511_verify,
@@ -351,7 +352,10 @@ CASES = [
         r"{tmp}/sp/sglang: NOT APPLICABLE: no DeepSeek-V4 planner in this tree \(release 0.5.11\); not affected",
     ),
     Case(
-        release_0511_revert, Exit.NOT_APPLICABLE, ERR + r".*no DeepSeek-V4 planner .*nothing to fix"
+        release_0511_revert,
+        Exit.NOT_APPLICABLE,
+        ERR
+        + r"{tmp}/sp/sglang: NOT APPLICABLE: no DeepSeek-V4 planner in this tree \(release 0.5.11\); not affected",
     ),
     Case(
         truncated_kernel,

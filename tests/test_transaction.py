@@ -1087,7 +1087,7 @@ def test_a_tree_without_the_planner_has_nothing_to_fix(tmp_path: Path, release: 
     with pytest.raises(FatalError) as caught:
         transaction.kernel_of(tree)
     assert (str(caught.value), caught.value.code) == (
-        f"{tree.package_dir}: no DeepSeek-V4 planner (deepseek_v4/c_plan.cuh) in this tree "
-        f"(release {release or 'unknown'}); nothing to fix",
+        f"{tree.package_dir}: NOT APPLICABLE: no DeepSeek-V4 planner in this tree "
+        f"(release {release or 'unknown'}); not affected",
         Exit.NOT_APPLICABLE,
     )
