@@ -30,6 +30,7 @@ from sglang_dsv4_fix.jitnames import (
     MODULE,
     cache_root,
     loader_file,
+    modelled_kernel,
     module_name,
     not_current,
     parse_name,
@@ -648,12 +649,13 @@ def stale_builds(tree: Tree, cache_dir: str | Path | None = None) -> list[Build]
 
 
 def _stale(tree: Tree, entries: list[os.DirEntry[str]]) -> list[Build]:
-    if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+    kernel = modelled_kernel(tree) if entries else None
+    if kernel is None:
         return []
-    suspects = not_current(tree, read_regular(tree.kernel_path, KERNEL_LIMIT, "kernel"), entries)
+    suspects = not_current(tree, read_regular(kernel, KERNEL_LIMIT, "kernel"), entries)
     if not suspects:
         return []  # e.g. only the prewarmed fix: no other candidate source is computed
-    current = sha256_file(tree.kernel_path)
+    current = sha256_file(kernel)
     return [
         b
         for b in _inventory(tree, suspects)
@@ -671,13 +673,14 @@ def racy_builds(
     the caller does not already know its ``variant`` (the verdict does).
     """
     entries = planner_entries(cache_root(cache_dir))
-    if not entries or tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+    kernel = modelled_kernel(tree) if entries else None
+    if kernel is None:
         return []
     if variant is None:
         from sglang_dsv4_fix.kernel import classify
 
         try:
-            data = read_regular(tree.kernel_path, KERNEL_LIMIT, "kernel")
+            data = read_regular(kernel, KERNEL_LIMIT, "kernel")
             variant = classify(data.decode("utf-8")).variant
         except (UnicodeDecodeError, FatalError):
             return []
@@ -691,7 +694,7 @@ def status_line(tree: Tree, cache_dir: str | Path | None = None) -> str:
     is a racy build still in force is the verdict's to say (with the user's own fix command)."""
     root = cache_root(cache_dir)
     try:
-        if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+        if modelled_kernel(tree) is None:
             return f"{root}: not used for the planner by this release"
         ours = [b for b in inventory(tree, root) if b.ours]
     except (FatalError, OSError) as e:

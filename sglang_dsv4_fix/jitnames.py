@@ -147,6 +147,15 @@ def scheme_of(tree: Tree) -> Scheme:
     return "tvmffi-default"
 
 
+def modelled_kernel(tree: Tree) -> Path | None:
+    """The tree's c_plan.cuh if its builds live in a cache modelled here; None without the
+    planner or with 0.5.18+'s own ninja cache (already fixed upstream). FatalError without a
+    loader, as scheme_of."""
+    if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+        return None
+    return tree.kernel_path
+
+
 # --------------------------------------------------------------------------- naming formulas
 
 

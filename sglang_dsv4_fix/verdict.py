@@ -173,7 +173,7 @@ def stale_builds(tree: Tree, opts: Options, current: KernelState) -> list[str] |
     if not jitnames.has_planner_entry(root):
         return []  # the usual case, told from the names alone
     try:
-        if jitnames.scheme_of(tree) == "sglang-ninja":
+        if jitnames.modelled_kernel(tree) is None:
             return []
         if not jitnames.not_current(tree, current.data, jitnames.planner_entries(root)):
             return []
