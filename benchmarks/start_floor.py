@@ -1,9 +1,12 @@
 """The floor under the plugin's start cost: its start modules as one file, against as installed.
 
 Usage: python benchmarks/start_floor.py [--rounds 12]
+       python3 benchmarks/start_floor.py --host SELF_SITE RELEASE_TREE EXTRA_SITE [--rounds N]
 Run from a temporary folder, like benchmarks/plugin_startup.py, whose trees, install and cached
-interpreter it reuses. Each probe is a fresh interpreter that imports torch and
-``sglang.srt.server_args`` untimed, then times ``import sglang_dsv4_fix.plugin`` + ``register()``:
+interpreter it reuses; with ``--host`` (the GPU host, gpu/issue10.sh floor) it runs this Python
+with the given sites instead, as gpu/plugin_cost.py does. Each probe is a fresh interpreter that
+imports torch and ``sglang.srt.server_args`` (or what gpu/plugin_cost.py finds importable) untimed,
+then times ``import sglang_dsv4_fix.plugin`` + ``register()``:
 - ``files``: the package as pip installed it (one import, one .pyc, per module);
 - ``one file``: the same compiled code objects (read from those .pyc files beforehand), written as
   one marshal file and executed straight into their modules, in the order the import completes
@@ -21,6 +24,7 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,12 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plugin_startup import TARGET_MS, trees
+from plugin_startup import SERVER, TARGET_MS, _run, trees
 
-SERVER = "import torch, sglang.srt.server_args"
-ORDER = (
-    SERVER
-    + """
+ORDER = """
 import importlib, marshal, sys
 import sglang_dsv4_fix.plugin as plugin
 plugin.register()
@@ -45,10 +46,7 @@ with open(BLOB, "wb") as f:
     marshal.dump(codes, f)
 print("MODULES", len(codes))
 """
-)
-PROBE = (
-    SERVER
-    + """
+PROBE = """
 import logging, sys, time, types
 ARM = None
 t0 = time.perf_counter()
@@ -77,41 +75,49 @@ line = plugin.start_line(plugin._process)
 print("MS", (t2 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, len(ours), len(via_import))
 print("LINE", line)
 """
-)
 ARMS = ("files", "one file")
 
 
-def completion_order(site: Path, cache: Path, self_site: Path, server: Path) -> list[str]:
+class Host:
+    """Where the probes run: the tests' cached interpreter (``python`` None) or this one, with
+    our install first on the path, then a tree's site, then ``extra``."""
+
+    def __init__(self, self_site: Path, extra: Path, python: str | None, preload: str) -> None:
+        self.self_site, self.extra, self.python, self.preload = self_site, extra, python, preload
+
+    def run(self, code: str, site: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        code = f"import {self.preload}\n{code}"
+        path = (self.self_site, site, self.extra)
+        if self.python is None:
+            from plugin_env import run_python
+
+            return run_python(code, *path, env=env)
+        return _run(self.python, code, *path, env=env)
+
+
+def completion_order(host: Host, site: Path, cache: Path) -> list[str]:
     """Our modules in the order ``python -X importtime`` reports them done (a module after
     everything it imports), from one plain start."""
-    from plugin_env import run_python
-
-    code = SERVER + "\nimport sglang_dsv4_fix.plugin as p\np.register()\n"
-    done = run_python(code, self_site, site, server,
-                      env={"TVM_FFI_CACHE_DIR": str(cache), "PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
+    code = "import sglang_dsv4_fix.plugin as p\np.register()\n"
+    done = host.run(code, site, {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONPROFILEIMPORTTIME": "1"})
     if done.returncode != 0:
         raise SystemExit(f"order probe failed:\n{done.stderr[-2000:]}")
     names = re.findall(r"^import time:.*\|\s*(sglang_dsv4_fix\S*)$", done.stderr, re.MULTILINE)
     return list(dict.fromkeys(names))
 
 
-def write_blob(blob: Path, order: list[str], site: Path, cache: Path, *path: Path) -> None:
-    from plugin_env import run_python
-
+def write_blob(host: Host, blob: Path, order: list[str], site: Path, cache: Path) -> None:
     code = ORDER.replace("COMPLETED", repr(order)).replace("BLOB", repr(str(blob)))
-    done = run_python(code, path[0], site, *path[1:], env={"TVM_FFI_CACHE_DIR": str(cache)})
+    done = host.run(code, site, {"TVM_FFI_CACHE_DIR": str(cache)})
     if done.returncode != 0 or "MODULES" not in done.stdout:
         raise SystemExit(f"blob probe failed:\n{done.stderr[-2000:]}")
 
 
 def probe(
-    arm: str, blob: Path, site: Path, cache: Path, *path: Path
+    host: Host, arm: str, blob: Path, site: Path, cache: Path
 ) -> tuple[float, float, float, str]:
-    from plugin_env import run_python
-
     code = PROBE.replace("ARM = None", f"ARM = {arm!r}").replace("BLOB", repr(str(blob)))
-    done = run_python(code, path[0], site, *path[1:],
-                      env={"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0"})  # fmt: skip
+    done = host.run(code, site, {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0"})
     ms = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
     line = next((x for x in done.stdout.splitlines() if x.startswith("LINE ")), None)
     if done.returncode != 0 or ms is None or line is None:
@@ -122,33 +128,50 @@ def probe(
     return float(total), float(load), float(work), re.sub(r"pid=\d+", "pid=?", line)
 
 
-def main() -> int:
-    from plugin_env import install_self, server_site
-
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
-    args = parser.parse_args()
+    parser.add_argument("--host", nargs=3, metavar=("SELF_SITE", "RELEASE_TREE", "EXTRA_SITE"),
+                        help="run this Python with these sites (the GPU host)")  # fmt: skip
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.chdir(tmp)
-        self_site, server = install_self(tmp / "self"), server_site()
-        cases = trees(tmp)
-        blobs = {}
-        for i, (tree, (site, cache)) in enumerate(cases.items()):
-            blobs[tree] = tmp / f"start-{i}.marshal"
-            order = completion_order(site, cache, self_site, server)
-            write_blob(blobs[tree], order, site, cache, self_site, server)
+        host, racy = _host(args.host, tmp)
+        cases = trees(tmp, racy)
+        blobs = {tree: tmp / f"start-{i}.marshal" for i, tree in enumerate(cases)}
+        for tree, (site, cache) in cases.items():
+            write_blob(host, blobs[tree], completion_order(host, site, cache), site, cache)
         samples: dict[tuple[str, str], list[tuple[float, ...]]] = {}
         for i in range(args.rounds):
             for tree, (site, cache) in cases.items():
                 lines = set()
                 for arm in ARMS[i % 2 :] + ARMS[: i % 2]:
-                    *ms, line = probe(arm, blobs[tree], site, cache, self_site, server)
+                    *ms, line = probe(host, arm, blobs[tree], site, cache)
                     samples.setdefault((tree, arm), []).append(tuple(ms))
                     lines.add(line)
                 assert len(lines) == 1, lines  # both arms rendered the same verdict
             print(f"round {i + 1}/{args.rounds}", file=sys.stderr)
+    print(f"preload: {host.preload}")
     return table(samples, list(cases))
+
+
+def _host(given: list[str] | None, tmp: Path) -> tuple[Host, Path | None]:
+    if given is None:
+        from plugin_env import install_self, server_site
+
+        return Host(install_self(tmp / "self"), server_site(), None, SERVER), None
+    self_site, release, extra = given
+    return Host(Path(self_site), Path(extra), sys.executable, _preload(f"{release}:{extra}")), Path(
+        release
+    )
+
+
+def _preload(path: str) -> str:
+    """SERVER if this host can import it, else gpu/plugin_cost.py's fallback (said in the output)."""
+    probe = subprocess.run((sys.executable, "-c", f"import {SERVER}"), capture_output=True,
+                           env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"})  # fmt: skip
+    return SERVER if probe.returncode == 0 else "torch, sglang.srt.utils"
 
 
 def table(samples: dict[tuple[str, str], list[tuple[float, ...]]], cases: list[str]) -> int:

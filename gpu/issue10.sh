@@ -9,6 +9,8 @@
 #                                # cost run's budget leaves room); results under $OUT
 #   bash gpu/issue10.sh check    # the planner checks and the GPU tests alone (~4 min)
 #   bash gpu/issue10.sh cost     # the start cost alone
+#   bash gpu/issue10.sh floor    # the start modules as one file against as installed
+#                                # (benchmarks/start_floor.py --host), after `cost` or alone
 set -uo pipefail
 P=.gpu/p17
 SMALL=(annotated_types==0.7.0 asttokens==3.0.1 executing==2.2.1 ipython==9.18.1 jedi==0.19.2
@@ -66,6 +68,21 @@ tests() {
 # The start cost alone (a probe imports torch: ~5 s each on this host, so few rounds).
 cost() {
   local here=$PWD
+  lay_out || return 9
+  (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout "${COST_S:-420}" python3 "$here/gpu/plugin_cost.py" \
+     /tmp/self /tmp/sp16 /tmp/site "${ROUNDS:-4}" "${BUDGET_S:-}") 2>&1 | tee "$OUT/plugin_cost.txt"
+}
+
+# The floor under any merge of the start modules (benchmarks/start_floor.py on this host).
+floor() {
+  local here=$PWD
+  lay_out || return 9
+  (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout "${FLOOR_S:-420}" python3 "$here/benchmarks/start_floor.py" \
+     --host /tmp/self /tmp/sp16 /tmp/site --rounds "${ROUNDS:-6}") 2>&1 | tee "$OUT/start_floor.txt"
+}
+
+# What cost and floor probe: this package, the release's extra needs, an unpacked 0.5.16.
+lay_out() {
   mkdir -p "$OUT"
   if [ ! -d /tmp/self/sglang_dsv4_fix ]; then  # a fresh machine: lay out what plugin_check_0517.sh does
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$P"/apache_tvm_ffi-*.whl || return 9
@@ -80,8 +97,6 @@ cost() {
   fi
   rm -rf /tmp/sp16 && mkdir -p /tmp/sp16 && python3 -m zipfile -e "$P"/sglang-0.5.16-*.whl /tmp/sp16
   nproc; lscpu | grep -E "Model name" | head -1
-  (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout "${COST_S:-420}" python3 "$here/gpu/plugin_cost.py" \
-     /tmp/self /tmp/sp16 /tmp/site "${ROUNDS:-4}" "${BUDGET_S:-}") 2>&1 | tee "$OUT/plugin_cost.txt"
 }
 
 "$@"
