@@ -25,6 +25,7 @@ import gzip
 import importlib
 import os
 import re
+import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -324,19 +325,35 @@ class Report:
         self.matched_lines += later.matched_lines
 
 
+# Told how a stream's scan goes: (source so far, seconds since it started, whether it is done).
+Progress = Callable[[Source, float, bool], None]
+PROGRESS_EVERY = 5.0  # seconds between two progress calls on one stream
+
+
 class Scanner:
-    """Accumulates findings over any number of streams, with one engine."""
+    """Accumulates findings over any number of streams, with one engine.
+
+    ``progress``, if given, is called at most every ``every`` seconds while a stream is read (after
+    a block) and once when it is done, with what was read so far.
+    """
 
     def __init__(
-        self, signatures: Sequence[Signature] = SIGNATURES, engine: Engine | None = None
+        self,
+        signatures: Sequence[Signature] = SIGNATURES,
+        engine: Engine | None = None,
+        progress: Progress | None = None,
+        every: float = PROGRESS_EVERY,
     ) -> None:
         self.engine = engine or PythonEngine(signatures)
         self.report = Report(signatures)
+        self.progress, self.every = progress, every
+        self._started = 0.0  # when the stream being scanned was begun (monotonic)
 
     def scan(self, stream: BinaryIO, name: str) -> Source:
         """Scan one stream (plain or gzip) to its end; a read error is kept in ``Source.error``."""
         source = Source(name)
         self.report.sources.append(source)
+        self._started = time.monotonic()
         try:
             if _is_gzip(stream):
                 with gzip.GzipFile(fileobj=stream) as unzipped:
@@ -345,12 +362,15 @@ class Scanner:
                 self._scan_plain(stream, source)
         except (OSError, EOFError, zlib.error) as e:  # e.g. a truncated or corrupt .gz
             source.error = f"cannot read ({e})"
+        if self.progress is not None:
+            self.progress(source, time.monotonic() - self._started, True)
         return source
 
     def _scan_plain(self, stream: BinaryIO, source: Source) -> None:
         pending = b""
         line = 1  # number of the first line in `pending`
         seen: tuple[int, set[str]] = (0, set())  # kinds already counted on a split long line
+        told = self._started
         try:
             while block := stream.read(BLOCK):
                 source.bytes += len(block)
@@ -364,6 +384,9 @@ class Scanner:
                 seen = self._block(data, end, line, source.name, seen)
                 line += data.count(b"\n", 0, end)
                 pending = data[end - OVERLAP :] if split else data[end:]
+                if self.progress is not None and (now := time.monotonic()) - told >= self.every:
+                    source.lines, told = line - 1, now  # the whole lines scanned so far
+                    self.progress(source, now - self._started, False)
             if pending:
                 self._block(pending, len(pending), line, source.name, seen)
                 line += 1
@@ -414,6 +437,7 @@ def _is_gzip(stream: BinaryIO) -> bool:
 # own. A stream is inherited through fork (never pickled), so every path is opened exactly once.
 _INPUTS: Sequence[tuple[str, BinaryIO]] = ()
 _ENGINE: Engine | None = None
+_PROGRESS: Progress | None = None
 
 
 def scan_all(
@@ -421,21 +445,23 @@ def scan_all(
     engine: Engine,
     jobs: int = 1,
     local: Sequence[bool] = (),
+    progress: Progress | None = None,
 ) -> Report:
     """Scan every (name, stream), up to ``jobs`` at a time; the report keeps the inputs' order.
 
     ``local[i]`` keeps input i in this process (standard input: worker processes close it).
+    ``progress`` (see Scanner) is called from whichever process scans the input.
     """
     local = list(local) or [False] * len(inputs)
     remote = [i for i, keep in enumerate(local) if not keep]
     if jobs <= 1 or len(remote) <= 1:
-        return _merge(_scan_one(name, stream, engine) for name, stream in inputs)
+        return _merge(_scan_one(name, stream, engine, progress) for name, stream in inputs)
     results: dict[int, Report] = {}
-    with _pool(inputs, engine, min(jobs, len(remote))) as pool:
+    with _pool(inputs, engine, min(jobs, len(remote)), progress) as pool:
         pending = pool.map(_scan_inherited, remote)
         for i, keep in enumerate(local):
             if keep:
-                results[i] = _scan_one(*inputs[i], engine)
+                results[i] = _scan_one(*inputs[i], engine, progress)
         results.update(zip(remote, pending, strict=True))
     return _merge(results[i] for i in range(len(inputs)))
 
@@ -444,22 +470,26 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _pool(inputs: Sequence[tuple[str, BinaryIO]], engine: Engine, workers: int) -> Any:
+def _pool(
+    inputs: Sequence[tuple[str, BinaryIO]], engine: Engine, workers: int, progress: Progress | None
+) -> Any:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    global _INPUTS, _ENGINE
-    _INPUTS, _ENGINE = inputs, engine  # seen by the workers, forked on the first submit
+    global _INPUTS, _ENGINE, _PROGRESS
+    _INPUTS, _ENGINE, _PROGRESS = inputs, engine, progress  # seen by the workers, forked later
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
 
 
 def _scan_inherited(index: int) -> Report:
     assert _ENGINE is not None
-    return _scan_one(*_INPUTS[index], _ENGINE)
+    return _scan_one(*_INPUTS[index], _ENGINE, _PROGRESS)
 
 
-def _scan_one(name: str, stream: BinaryIO, engine: Engine) -> Report:
-    scanner = Scanner(engine=engine)
+def _scan_one(
+    name: str, stream: BinaryIO, engine: Engine, progress: Progress | None = None
+) -> Report:
+    scanner = Scanner(engine=engine, progress=progress)
     scanner.scan(stream, name)
     return scanner.report
 

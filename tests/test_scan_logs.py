@@ -682,3 +682,74 @@ def test_json_piped_into_head_keeps_exit_10(tmp_path: Path) -> None:
         scan_proc.wait(timeout=60)
     assert head.stdout == b'{\n  "engin'
     assert (scan_proc.returncode, err) == (Exit.FINDINGS, b"")
+
+
+def test_progress_is_told_while_a_stream_is_read_and_when_it_is_done() -> None:
+    import io
+
+    body = "".join(f"{NOISE[i % len(NOISE)]}\n" for i in range(40_000)).encode()
+    assert len(body) > 4 * logscan.BLOCK
+    calls: list[tuple[int, int, bool]] = []
+    scanner = Scanner(
+        progress=lambda s, seconds, done: calls.append((s.bytes, s.lines, done)), every=0.0
+    )
+    scanner.scan(io.BytesIO(body), "mem.log")
+    *reading, last = calls
+    assert last == (len(body), 40_000, True)
+    assert len(reading) >= 4 and not any(done for *_, done in reading)
+    assert reading == sorted(reading) and reading[-1] < last
+    for read, lines, _ in reading:  # lines counted are whole lines within what was read
+        assert lines <= body.count(b"\n", 0, read)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_progress_lines_only_when_asked_and_one_done_line_per_file(
+    tmp_path: Path, jobs: str
+) -> None:
+    clean, hit, cut = tmp_path / "clean.log", tmp_path / "hit.log", tmp_path / "cut.log.gz"
+    clean.write_text("quiet\n" * 7)
+    hit.write_text(f"{NOISE[0]}\n{SAMPLES['illegal-address'][0]}\n")
+    cut.write_bytes(gzip.compress(random.Random(2).randbytes(1 << 20))[:300_000])
+    files = [str(clean), str(hit), str(cut)]
+    plain = cli("--jobs", jobs, *files, capture_output=True)  # standard error is not a terminal
+    asked = cli("--jobs", jobs, "--progress", *files, capture_output=True)
+    assert plain.returncode == asked.returncode == Exit.NOT_FOUND
+    assert asked.stdout == plain.stdout
+    done = re.compile(rb"^scan-logs: (\S+): (done|incomplete), [\d.,]+ MiB, ([\d,]+) lines, ")
+    told = {m[1].decode(): (m[2], m[3]) for m in map(done.match, asked.stderr.splitlines()) if m}
+    assert told[str(clean)] == (b"done", b"7") and told[str(hit)] == (b"done", b"2")
+    assert told[str(cut)][0] == b"incomplete" and set(told) == set(files)
+    errors = [x for x in plain.stderr.splitlines() if not x.startswith(b"scan-logs: ")]
+    assert plain.stderr.splitlines() == errors  # no progress line unless asked
+    assert [x for x in asked.stderr.splitlines() if not x.startswith(b"scan-logs: ")] == errors
+    silent = cli("--no-progress", str(hit), capture_output=True)
+    assert silent.returncode == Exit.FINDINGS and silent.stderr == b""
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_by_default_on_a_terminal_unless_quiet(tmp_path: Path, quiet: bool) -> None:
+    import pty
+
+    log = tmp_path / "server.log"
+    log.write_text("quiet\n" * 3)
+    controller, terminal = pty.openpty()
+    try:
+        done = cli(
+            *(["--quiet"] if quiet else []), str(log), stdout=subprocess.PIPE, stderr=terminal
+        )
+        os.close(terminal)
+        told = b""
+        while chunk := _read_pty(controller):
+            told += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == Exit.OK
+    expected = b"" if quiet else f"scan-logs: {log}: done, 0.0 MiB, 3 lines, ".encode()
+    assert told.startswith(expected) and (told == b"") == quiet
+
+
+def _read_pty(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except OSError:  # EIO: every terminal end is closed
+        return b""

@@ -26,7 +26,9 @@ lines show it, the ranks seen, and the first and last occurrence as FILE:LINE. S
 illegal memory access / CUDA_ERROR_ILLEGAL_ADDRESS / cudaErrorIllegalAddress, device-side assert,
 NCCL and SGLang watchdog timeouts, scheduler exceptions, CUDA-graph capture failures. Several
 FILEs are scanned in parallel; the report keeps their order. Control characters in log lines are
-printed escaped (\\x1b); --json keeps the text as read.
+printed escaped (\\x1b); --json keeps the text as read. Progress goes to standard error (by
+default only when it is a terminal and without --quiet): a line per FILE every few seconds while
+it is read, and one when it is done.
 engines: hyperscan or re2 when installed (the [fast] extra), else python; all find the same lines.
 exit codes: 0 no signature found; 10 signatures found; 7 a FILE is missing, unreadable or not a
 regular file or FIFO (nothing is scanned), or could not be read to its end, e.g. a truncated .gz
@@ -50,6 +52,12 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="files scanned at once (default: the CPUs this process may use)",
     )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress lines on standard error (default: when it is a terminal, unless --quiet)",
+    )
 
 
 def _jobs(text: str) -> int:
@@ -72,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             engine,
             jobs=args.jobs or logscan.default_jobs(),
             local=[name == "-" for name in names],
+            progress=_progress if _wants_progress(args.progress, args.quiet) else None,
         )
     failed = report.failed
     code = Exit.NOT_FOUND if failed else Exit.FINDINGS if report.found else Exit.OK
@@ -83,6 +92,27 @@ def run(args: argparse.Namespace) -> int:
         # --json that would print a second JSON object)
         print(f"sglang-dsv4-fix: error: {source.name}: {source.error}", file=sys.stderr)
     return int(code)
+
+
+def _wants_progress(asked: bool | None, quiet: bool) -> bool:
+    if asked is not None or quiet:
+        return bool(asked)
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no or a closed standard error
+        return False
+
+
+def _progress(source: logscan.Source, seconds: float, done: bool) -> None:
+    """One line per call (whole lines: files scanned in parallel write to one standard error)."""
+    state = "reading" if not done else "done" if source.error is None else "incomplete"
+    mib = source.bytes / (1 << 20)
+    line = f"scan-logs: {source.name}: {state}, {mib:,.1f} MiB, {source.lines:,} lines, {seconds:.1f} s"
+    try:
+        sys.stderr.write(_safe(line) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or gone standard error must not stop the scan
+        pass
 
 
 def _engine(name: str) -> logscan.Engine:
