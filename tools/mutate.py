@@ -51,7 +51,7 @@ MODULES: dict[str, Target] = {
     "kernel": Target(
         ("tests/test_kernel.py",),
         RELEASES_K,
-        tuple(
+        functions=tuple(
             f"sglang_dsv4_fix.kernel.{f}__mutmut_*"
             for f in (
                 "x__single_block_launch",
