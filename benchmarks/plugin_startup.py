@@ -123,6 +123,20 @@ def empty_plugin(dest: Path) -> Path:
     return dest
 
 
+def host_preload(*path: Path) -> str:
+    """What a probe with this Python and ``path`` preloads: SERVER, or, where this host cannot
+    import ``server_args`` (the GPU host's transformers), ``torch, sglang.srt.utils``, saying so."""
+    probe = subprocess.run((sys.executable, "-c", f"import {SERVER}"), capture_output=True,
+                           text=True, env={"PYTHONPATH": os.pathsep.join(map(str, path)),
+                                           "PATH": "/usr/bin:/bin"})  # fmt: skip
+    if probe.returncode == 0:
+        return SERVER
+    preload = "torch, sglang.srt.utils"
+    reason = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "?"
+    print(f"cannot import {SERVER} here ({reason}); preloading {preload} instead")
+    return preload
+
+
 def trees(tmp: Path, racy: Path | None = None) -> dict[str, tuple[Path, Path]]:
     """name -> (site, JIT cache folder); ``racy``: an unpacked release (else the tests' cache's)."""
     import shutil

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plugin_startup import SERVER, TARGET_MS, _run, trees
+from plugin_startup import SERVER, TARGET_MS, _run, host_preload, trees
 
 ORDER = """
 import importlib, marshal, sys
@@ -157,21 +157,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _host(given: list[str] | None, tmp: Path) -> tuple[Host, Path | None]:
+    """The probes' host, and the racy tree to copy (None: the tests' cached release)."""
     if given is None:
         from plugin_env import install_self, server_site
 
         return Host(install_self(tmp / "self"), server_site(), None, SERVER), None
-    self_site, release, extra = given
-    return Host(Path(self_site), Path(extra), sys.executable, _preload(f"{release}:{extra}")), Path(
-        release
-    )
-
-
-def _preload(path: str) -> str:
-    """SERVER if this host can import it, else gpu/plugin_cost.py's fallback (said in the output)."""
-    probe = subprocess.run((sys.executable, "-c", f"import {SERVER}"), capture_output=True,
-                           env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"})  # fmt: skip
-    return SERVER if probe.returncode == 0 else "torch, sglang.srt.utils"
+    self_site, release, extra = map(Path, given)
+    return Host(self_site, extra, sys.executable, host_preload(release, extra)), release
 
 
 def table(samples: dict[tuple[str, str], list[tuple[float, ...]]], cases: list[str]) -> int:

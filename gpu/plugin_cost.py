@@ -11,25 +11,17 @@ says so. BUDGET_S: start no round after that many seconds (the table covers the 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from plugin_startup import SERVER, empty_plugin, run, table, trees
+from plugin_startup import empty_plugin, host_preload, run, table, trees
 
 
 def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: str = "") -> int:
-    preload = SERVER
-    path = f"{release}:{extra}"
-    probe = subprocess.run((sys.executable, "-c", f"import {SERVER}"), capture_output=True,
-                           text=True, env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"})  # fmt: skip
-    if probe.returncode != 0:
-        preload = "torch, sglang.srt.utils"
-        reason = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "?"
-        print(f"cannot import {SERVER} here ({reason}); preloading {preload} instead")
+    preload = host_preload(Path(release), Path(extra))
     print(f"preload: {preload}")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
