@@ -347,30 +347,29 @@ class Scanner:
         self.engine = engine or PythonEngine(signatures)
         self.report = Report(signatures)
         self.progress, self.every = progress, every
-        self._started = 0.0  # when the stream being scanned was begun (monotonic)
 
     def scan(self, stream: BinaryIO, name: str) -> Source:
         """Scan one stream (plain or gzip) to its end; a read error is kept in ``Source.error``."""
         source = Source(name)
         self.report.sources.append(source)
-        self._started = time.monotonic()
+        started = time.monotonic()
         try:
             if _is_gzip(stream):
                 with gzip.GzipFile(fileobj=stream) as unzipped:
-                    self._scan_plain(unzipped, source)  # type: ignore[arg-type]
+                    self._scan_plain(unzipped, source, started)  # type: ignore[arg-type]
             else:
-                self._scan_plain(stream, source)
+                self._scan_plain(stream, source, started)
         except (OSError, EOFError, zlib.error) as e:  # e.g. a truncated or corrupt .gz
             source.error = f"cannot read ({e})"
         if self.progress is not None:
-            self.progress(source, time.monotonic() - self._started, True)
+            self.progress(source, time.monotonic() - started, True)
         return source
 
-    def _scan_plain(self, stream: BinaryIO, source: Source) -> None:
+    def _scan_plain(self, stream: BinaryIO, source: Source, started: float) -> None:
         pending = b""
         line = 1  # number of the first line in `pending`
         seen: tuple[int, set[str]] = (0, set())  # kinds already counted on a split long line
-        told = self._started
+        told = started
         try:
             while block := stream.read(BLOCK):
                 source.bytes += len(block)
@@ -386,7 +385,7 @@ class Scanner:
                 pending = data[end - OVERLAP :] if split else data[end:]
                 if self.progress is not None and (now := time.monotonic()) - told >= self.every:
                     source.lines, told = line - 1, now  # the whole lines scanned so far
-                    self.progress(source, now - self._started, False)
+                    self.progress(source, now - started, False)
             if pending:
                 self._block(pending, len(pending), line, source.name, seen)
                 line += 1

@@ -95,8 +95,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _wants_progress(asked: bool | None, quiet: bool) -> bool:
-    if asked is not None or quiet:
-        return bool(asked)
+    if asked is not None:
+        return asked
+    if quiet:
+        return False
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # no or a closed standard error
