@@ -13,8 +13,9 @@ then times ``import sglang_dsv4_fix.plugin`` + ``register()``:
   them. No finder, no loader, no per-file read: what ANY merge of the start modules into fewer
   files could reach at best. Its time is split into loading that file and ``register()`` (the
   tree work itself, every module already loaded).
-Asserts per probe that both arms give the same start line (pid aside) and that the ``one file``
-arm imported none of our modules through the import system. Exit 1 if ``one file`` is above 3 ms
+Asserts per probe that both arms give the same start line (pid aside), that the ``one file``
+arm imported none of our modules through the import system and the ``files`` arm all of them,
+and that every one of ours came from the install under test. Exit 1 if ``one file`` is above 3 ms
 for any tree (the issue's target is out of reach of merging the start modules).
 """
 
@@ -74,6 +75,7 @@ logging.basicConfig()
 line = plugin.start_line(plugin._process)
 print("MS", (t2 - t0) * 1e3, (t1 - t0) * 1e3, (t2 - t1) * 1e3, len(ours), len(via_import))
 print("LINE", line)
+print("FROM", sorted({sys.modules[m].__file__.rsplit("/sglang_dsv4_fix", 1)[0] for m in ours}))
 """
 ARMS = ("files", "one file")
 
@@ -122,9 +124,10 @@ def probe(
     line = next((x for x in done.stdout.splitlines() if x.startswith("LINE ")), None)
     if done.returncode != 0 or ms is None or line is None:
         raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
-    total, load, work, _ours, via_import = ms.split()[1:]
-    if arm == "one file":  # none of ours came through the import system
-        assert via_import == "0", ms
+    total, load, work, ours, via_import = ms.split()[1:]
+    # one file: none of ours came through the import system; files: all of them did, from our install
+    assert via_import == ("0" if arm == "one file" else ours), ms
+    assert f"FROM {[str(host.self_site)]}" in done.stdout, done.stdout
     return float(total), float(load), float(work), re.sub(r"pid=\d+", "pid=?", line)
 
 
