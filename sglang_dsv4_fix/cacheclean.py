@@ -32,7 +32,7 @@ from typing import Literal
 
 from sglang_dsv4_fix import jitcache, jitnames
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import fsync_dir
+from sglang_dsv4_fix.fswrite import fsync_dir
 from sglang_dsv4_fix.tree import Tree
 
 TRASH = ".sglang-dsv4-fix-trash-"  # renamed-aside builds awaiting deletion

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix import transaction, verdict
 from sglang_dsv4_fix.errors import FatalError
-from sglang_dsv4_fix.fsops import file_lock
+from sglang_dsv4_fix.fswrite import file_lock
 from sglang_dsv4_fix.tree import Tree, find_tree
 
 if TYPE_CHECKING:  # the plugin renders the status; heal only changes the tree beneath it

@@ -629,7 +629,7 @@ def read_sidecar(build: Path, so_name: str) -> dict[str, Any] | None:
 
 
 def write_sidecar(build: Path, so: Path, note: dict[str, Any]) -> None:
-    from sglang_dsv4_fix.fsops import atomic_write
+    from sglang_dsv4_fix.fswrite import atomic_write
 
     body = {**note, "so": so.name, "so_sha256": _sha256_path(so)}
     atomic_write(build / SIDECAR, (json.dumps(body, indent=2, sort_keys=True) + "\n").encode())

@@ -11,11 +11,14 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import RECORD_LIMIT, Folder, atomic_write, held, read_regular, remove
+from sglang_dsv4_fix.fsops import RECORD_LIMIT, held, read_regular
 from sglang_dsv4_fix.value import Value
+
+if TYPE_CHECKING:
+    from sglang_dsv4_fix.fswrite import Folder
 
 TAG = "sglang-dsv4-fix"
 STATES = ("pending", "applied")
@@ -236,7 +239,12 @@ def _manifest_claim(r: Provenance) -> str | None:
     return None
 
 
+# writing, below: fswrite is imported there, never on the plugin's start path (reads only)
+
+
 def write(kernel: Path, record: Provenance, owner: tuple[int, int] | None = None) -> None:
+    from sglang_dsv4_fix.fswrite import atomic_write
+
     data = (json.dumps(record._asdict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
     folder = held(kernel.parent)
     if folder is None:
@@ -246,6 +254,8 @@ def write(kernel: Path, record: Provenance, owner: tuple[int, int] | None = None
 
 
 def discard(kernel: Path) -> None:
+    from sglang_dsv4_fix.fswrite import remove
+
     folder = held(kernel.parent)
     if folder is None:
         remove(record_path(kernel))

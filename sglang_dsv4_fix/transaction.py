@@ -6,7 +6,7 @@ and replaces the kernel once: the racy original is never written back on the way
 anywhere leaves the kernel the original, the old variant or the new one, and the next run under
 the lock finishes or rolls back the pending record by comparing hashes.
 
-All file work under the lock goes through the ``Folder`` that ``fsops.file_lock`` holds (a
+All file work under the lock goes through the ``Folder`` that ``fswrite.file_lock`` holds (a
 descriptor, ``dir_fd=``), never through the kernel's path, so a folder swapped for a symbolic link
 mid-run cannot redirect a write outside the tree.
 """
@@ -24,15 +24,8 @@ from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix import __version__, manifest, patching, provenance, verdict
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import (
-    KERNEL_LIMIT,
-    Folder,
-    file_lock,
-    held,
-    is_our_temp,
-    read_regular,
-    sha256_bytes,
-)
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, held, read_regular, sha256_bytes
+from sglang_dsv4_fix.fswrite import Folder, file_lock, is_our_temp
 from sglang_dsv4_fix.kernel import FIXED
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite

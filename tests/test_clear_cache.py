@@ -628,11 +628,14 @@ def test_the_cache_is_listed_before_any_source_is_computed(
 # --------------------------------------------------------------------------- the kill loop
 
 
+FILE_HELPERS = ("/sglang_dsv4_fix/fsops.py", "/sglang_dsv4_fix/fswrite.py")
+
+
 def _counted(frame: types.FrameType | None) -> bool:
-    """A call made by the removal itself (cacheclean, and fsops on its behalf). The reads it
-    makes through jitcache/jitnames (and fsops for them) change nothing on disk: a kill there
-    equals one before the next step."""
-    while frame is not None and frame.f_code.co_filename.endswith("/sglang_dsv4_fix/fsops.py"):
+    """A call made by the removal itself (cacheclean, and fsops/fswrite on its behalf). The
+    reads it makes through jitcache/jitnames (and fsops for them) change nothing on disk: a kill
+    there equals one before the next step."""
+    while frame is not None and frame.f_code.co_filename.endswith(FILE_HELPERS):
         frame = frame.f_back
     return frame is not None and frame.f_code.co_filename.endswith("/sglang_dsv4_fix/cacheclean.py")
 

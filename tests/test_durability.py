@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from trees import TreeFactory
 
-from sglang_dsv4_fix import fsops
+from sglang_dsv4_fix import fswrite
 from sglang_dsv4_fix.main import main
 
 RECORD = ".c_plan.cuh.sglang-dsv4-fix.json"
@@ -97,7 +97,7 @@ def test_atomic_write_syncs_the_new_bytes_then_the_folder(
     if existing:
         target.write_bytes(b"old bytes")
     spy = Spy(monkeypatch)
-    fsops.atomic_write(target, b"new bytes")
+    fswrite.atomic_write(target, b"new bytes")
     assert target.read_bytes() == b"new bytes"
     folder = _ident(target.parent.stat())
     moves = [i for i, e in enumerate(spy.events) if isinstance(e, Move) and e.dst == target]
@@ -125,7 +125,7 @@ def test_removal_is_made_durable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     target = tmp_path / "file.txt"
     target.write_bytes(b"x")
     spy = Spy(monkeypatch)
-    fsops.remove(target)
+    fswrite.remove(target)
     assert not target.exists()
     assert [e for e in spy.events if isinstance(e, Fsync)] == [
         Fsync(True, _ident(tmp_path.stat()), None)
@@ -234,7 +234,7 @@ def test_the_temp_file_sits_beside_the_target_under_a_hidden_name(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    fsops.atomic_write(target, b"x")
+    fswrite.atomic_write(target, b"x")
     (temp,) = seen
     assert temp.parent == tmp_path
     assert temp.name.startswith(".c_plan.cuh.") and temp.name.endswith(".tmp")
@@ -247,7 +247,7 @@ def test_atomic_write_keeps_the_mode(tmp_path: Path, before: int | None, after: 
     if before is not None:
         target.write_bytes(b"old")
         target.chmod(before)
-    fsops.atomic_write(target, b"new")
+    fswrite.atomic_write(target, b"new")
     assert stat.S_IMODE(target.stat().st_mode) == after
 
 
@@ -266,7 +266,7 @@ def test_a_failed_replace_leaves_no_temp_file_and_raises_its_error(
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="cross-device") as e:
-        fsops.atomic_write(target, b"new")
+        fswrite.atomic_write(target, b"new")
     assert e.type is OSError
     assert sorted(p.name for p in target.parent.iterdir()) == ["f"]
     assert target.read_bytes() == b"old"
@@ -276,9 +276,9 @@ def test_fsync_dir_opens_only_a_folder(tmp_path: Path) -> None:
     # O_DIRECTORY: a folder swapped for a file (or a FIFO, which would block a plain open) fails
     (tmp_path / "file").write_bytes(b"")
     with pytest.raises(NotADirectoryError):
-        fsops.fsync_dir(tmp_path / "file")
+        fswrite.fsync_dir(tmp_path / "file")
 
 
 def test_removing_a_missing_file_is_a_no_op(tmp_path: Path) -> None:
-    fsops.remove(tmp_path / "gone")
+    fswrite.remove(tmp_path / "gone")
     assert not (tmp_path / "gone").exists()

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import open_folder, sha256_file
+from sglang_dsv4_fix.fsops import sha256_file
+from sglang_dsv4_fix.fswrite import open_folder
 
 SWAPPED = "a folder on the way to the kernel is (now) a symbolic link or not a folder; refusing to write through it"  # fmt: skip
 

@@ -16,7 +16,7 @@ import pytest
 from trees import TreeFactory
 
 from sglang_dsv4_fix import manifest, provenance
-from sglang_dsv4_fix.fsops import file_lock
+from sglang_dsv4_fix.fswrite import file_lock
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.provenance import DamagedRecord, Provenance
 from sglang_dsv4_fix.tree import find_tree

@@ -17,7 +17,7 @@ from sglang_dsv4_fix.commands._common import (
 )
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options, report_removals
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import file_lock
+from sglang_dsv4_fix.fswrite import file_lock
 from sglang_dsv4_fix.state import KernelState
 from sglang_dsv4_fix.tree import Tree
 

@@ -16,7 +16,8 @@ from sglang_dsv4_fix.commands._common import (
 )
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options, after_kernel_change
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import KERNEL_LIMIT, file_lock, sha256_file
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, sha256_file
+from sglang_dsv4_fix.fswrite import file_lock
 from sglang_dsv4_fix.tree import Tree
 
 HELP = """\
