@@ -1,22 +1,85 @@
-"""What the planner .so a process loaded was built from, in the verdict's words.
+"""The plugin's JIT-load side: what the planner .so a process loaded was built from, in the
+verdict's words.
 
-The plugin's JIT-load report (plugin.around_jit_module) uses this module on the first call of
-the release's ``_jit_compress_plan_module``, in a process about to compile or load the planner;
-it is kept out of the plugin's start path, which every SGLang process pays (docs/plugin.md,
-"Cost").
+The plugin hooks the release's ``_jit_compress_plan_module`` (:func:`hook_loader`) once the
+loader's module is imported; on its first call :func:`around_jit_module` logs and records which
+.so it loaded. All of it runs in a process about to compile or load the planner, so it is kept
+out of the plugin's start path, which every SGLang process pays (docs/plugin.md, "Cost").
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the plugin renders the status; this module only reads it
-    from sglang_dsv4_fix.plugin import Status
+from sglang_dsv4_fix import events, plugin
+from sglang_dsv4_fix.plugin import Status
 
 SO_MARK = "dpsk_v4_compress_plan"  # in every release's planner module (and so .so) name
+_hooked = False  # hook_loader ran in this process
+
+
+def hook_loader(module: str) -> None:
+    """AROUND ``<loader>._jit_compress_plan_module`` through SGLang's registry (it keeps the
+    loader's ``@cache_once``). Its module walk is paid once, when the loader is imported, in a
+    process that is about to compile or load the planner anyway, never at start."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
+
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    source = HookSource(plugin_name=plugin.ENTRY_POINT, dist_name="sglang-dsv4-fix")
+    target = f"{module}.{plugin.JIT_FUNCTION}"
+    HookRegistry.register(target, around_jit_module, HookType.AROUND, source=source)
+    HookRegistry.apply_hooks()  # applies only targets not yet patched
+
+
+def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND ``_jit_compress_plan_module``: on its first call, tell which .so it loaded."""
+    p = plugin._current()
+    if p is None or p.jit_done:
+        return original(*args, **kwargs)
+    plugin._log_start()  # a process that never configured logging says it at first use
+    p.jit_done = True
+    t0, before = time.time(), mapped_planner_objects()
+    module = original(*args, **kwargs)
+    report: dict[str, Any] = {}
+    plugin._guard("JIT-load report", lambda: report.update(_jit_report(p, t0, before)))
+    if p.mode in plugin.ENFORCING and report.get("problem"):
+        raise RuntimeError(f"{plugin.TAG} refusing the planner build: {report['problem']}")
+    return module
+
+
+def _jit_report(p: plugin._Process, t0: float, before: set[str]) -> dict[str, Any]:
+    after = mapped_planner_objects()
+    new = sorted(after - before) or sorted(after)
+    so = Path(new[0]) if new else None
+    built = built_from(p.status, so, t0)
+    record = {**events.start_record(p), "event": "jit-load", "so": str(so) if so else None, **built}
+    record["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record.update(build_verdict(p.status, built))
+    refuses = p.mode in plugin.ENFORCING  # around_jit_module then raises: the build is not served
+    record["action"] = ("refused" if refuses else "warned") if record["problem"] else "ok"
+    _log_jit(record)
+    plugin._guard("report", lambda: events.write_report(record))
+    return record
+
+
+def _log_jit(r: dict[str, Any]) -> None:
+    how = {True: "compiled now", False: "from cache", None: "?"}[r.get("compiled_now")]
+    line = (
+        f"{plugin.TAG} JIT planner loaded so={r['so']} ({how}) "
+        f"built-from variant={r['built_variant']} sha256={(r['built_sha256'] or '')[:12]} "
+        f"evidence={r['evidence']!r} pid={r['pid']}"
+    )
+    if r["problem"]:
+        plugin.logger.error(f"{line} -- {r['state'].upper()}: {r['problem']}")
+    else:
+        plugin.logger.info(line)
 
 
 def mapped_planner_objects() -> set[str]:

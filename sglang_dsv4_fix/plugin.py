@@ -23,7 +23,6 @@ import functools
 import json
 import logging
 import os
-import stat
 import sys
 import time
 import types
@@ -37,11 +36,10 @@ logger = logging.getLogger(__name__)
 
 ENTRY_POINT = "sglang_dsv4_fix"
 MODE_ENV = "SGLANG_DSV4_FIX_MODE"
-REPORT_ENV = "SGLANG_DSV4_FIX_REPORT"
+REPORT_ENV = "SGLANG_DSV4_FIX_REPORT"  # events.py writes it
 MODES = ("warn", "enforce", "heal", "off")
 ENFORCING = ("enforce", "heal")  # heal refuses what it cannot heal, as enforce does
 TAG = "sglang-dsv4-fix:"
-SCHEMA = 1
 # SGLang's configure_logger (every release) sets up logging through logging.basicConfig; in a
 # scheduler process it is called by configure_scheduler_process(server_args, gpu_id, ...).
 LOGGER_FUNCTION, SCHEDULER_FUNCTION = "configure_logger", "configure_scheduler_process"
@@ -124,7 +122,6 @@ class _Process:
 
 _process: _Process | None = None
 _registered = False
-_loader_hooked = False
 
 
 def register() -> None:
@@ -288,7 +285,9 @@ def _refuse(p: _Process) -> None:
     """enforce: one line on stderr (logging is not configured yet), a report record, exit."""
     s = p.status
     with contextlib.suppress(Exception):
-        write_report({**start_record(p), "action": "refused"})
+        from sglang_dsv4_fix import events
+
+        events.write_report({**events.start_record(p), "action": "refused"})
     _exit(refuse_line(s), s.exit_code)
 
 
@@ -296,71 +295,6 @@ def _exit(line: str, code: int) -> None:
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
     raise SystemExit(code)
-
-
-def _action(s: Status) -> str:
-    """What this process did about its tree, in the report record and on /metrics."""
-    return "healed" if s.healed else "warned" if s.problem else "ok"
-
-
-def start_record(p: _Process) -> dict[str, Any]:
-    s = p.status
-    return {
-        "schema": SCHEMA,
-        "event": "start",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(p.started)),
-        "host": os.uname().nodename,
-        "pid": os.getpid(),
-        "process": p.role,
-        "rank": p.rank,
-        "gpu": p.gpu,
-        "mode": p.mode,
-        "action": _action(s),
-        "healed": s.healed is not None,
-        "tree": s.package_dir,
-        "release": s.release,
-        "layout": s.layout,
-        "kernel": s.kernel,
-        "variant": s.variant,
-        "sha256": s.sha256,
-        "preconditions": s.preconditions,
-        "patched_by": s.patched_by,
-        "state": s.state,
-        "headline": s.headline,
-        "exit": s.exit_code,
-        "problem": s.problem,
-        "fix": s.fix,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    }
-
-
-def write_report(record: dict[str, Any]) -> None:
-    """One JSON line, one ``write`` on an O_APPEND descriptor: records from many processes
-    never interleave (a single append write is atomic for regular files on local filesystems).
-
-    Only a regular file is written: the open never blocks (O_NONBLOCK: a FIFO without a reader
-    fails at once, one with a reader is refused, as is a device). A short write is cut back off,
-    so the file holds whole records or nothing of this one (sgl-project/sglang issue 13 here)."""
-    path = os.environ.get(REPORT_ENV)
-    if not path:
-        return
-    data = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
-    fd = os.open(path, flags, 0o644)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file (a FIFO or a device?); nothing written")
-        _append_whole(fd, path, data)
-    finally:
-        os.close(fd)
-
-
-def _append_whole(fd: int, path: str, data: bytes) -> None:
-    written = os.write(fd, data)
-    if written != len(data):  # disk full: drop the torn tail we just appended
-        end = os.lseek(fd, 0, os.SEEK_CUR)
-        os.ftruncate(fd, end - written)
-        raise OSError(f"short write to {path} ({written} of {len(data)} bytes); record dropped")
 
 
 # --------------------------------------------------------------------------- hooks
@@ -374,7 +308,7 @@ def _install_hooks() -> None:
     _hook_basic_config()
     loader = _process.status.loader_module if _process else None
     if loader:
-        _when_imported(loader, lambda: _apply_loader_hook(loader))
+        _when_imported(loader, lambda: _hook_loader(loader))
     if logging.getLogger().handlers:  # logging is configured already: say it now
         _log_start()
 
@@ -437,23 +371,30 @@ def _log_start() -> None:
         return
     p.logged = True
     if p.status.healed:
-        logger.error("%s %s pid=%d", TAG, p.status.healed, os.getpid())
-        logger.info("%s after healing: %s", TAG, p.status.headline)
-    level = logging.ERROR if p.status.problem else logging.INFO
-    logger.log(level, "%s", start_line(p))
+        logger.error(f"{TAG} {p.status.healed} pid={os.getpid()}")
+        logger.info(f"{TAG} after healing: {p.status.headline}")
+    # the line is the message itself, no arguments: a first LogRecord with one argument costs an
+    # ABC check (is it a Mapping?) of ~0.2 ms in every process (docs/plugin.md, "Cost")
+    logger.log(logging.ERROR if p.status.problem else logging.INFO, start_line(p))
     if os.environ.get(REPORT_ENV):
-        _guard("report", lambda: write_report(start_record(p)))
+        _guard("report", lambda: _report_start(p))
     _guard("metrics", lambda: _export_metrics(p))
+
+
+def _report_start(p: _Process) -> None:
+    from sglang_dsv4_fix import events
+
+    events.write_report(events.start_record(p))
 
 
 def _export_metrics(p: _Process) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # else prometheus_client is never imported
-        from sglang_dsv4_fix import metrics
+        from sglang_dsv4_fix import events, metrics
 
         s = p.status
         metrics.export(variant=s.variant, verdict=s.state, sha256=(s.sha256 or "")[:12],
                        release=s.release or "", process=p.role, rank=p.rank or "",
-                       action=_action(s))  # fmt: skip
+                       action=events.action(s))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- JIT load
@@ -468,20 +409,10 @@ def _when_imported(module: str, then: Callable[[], None]) -> None:
         sys.meta_path.insert(0, _ImportWatch(module, then))
 
 
-def _apply_loader_hook(module: str) -> None:
-    """AROUND ``<loader>._jit_compress_plan_module`` through SGLang's registry (it keeps the
-    loader's ``@cache_once``). Its module walk is paid once, when the loader is imported, in a
-    process that is about to compile or load the planner anyway, never at start."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookSource, HookType
+def _hook_loader(module: str) -> None:
+    from sglang_dsv4_fix import jitload  # the JIT-load side: kept off the start path
 
-    global _loader_hooked
-    if _loader_hooked:
-        return
-    _loader_hooked = True
-    source = HookSource(plugin_name=ENTRY_POINT, dist_name="sglang-dsv4-fix")
-    target = f"{module}.{JIT_FUNCTION}"
-    HookRegistry.register(target, around_jit_module, HookType.AROUND, source=source)
-    HookRegistry.apply_hooks()  # applies only targets not yet patched
+    jitload.hook_loader(module)
 
 
 class _ImportWatch:
@@ -516,50 +447,3 @@ class _ThenLoader:
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
         _guard("JIT-load hook", self._then)
-
-
-def around_jit_module(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """AROUND ``_jit_compress_plan_module``: on its first call, tell which .so it loaded."""
-    p = _current()
-    if p is None or p.jit_done:
-        return original(*args, **kwargs)
-    _log_start()  # a process that never configured logging says it at first use
-    p.jit_done = True
-    from sglang_dsv4_fix import jitload
-
-    t0, before = time.time(), jitload.mapped_planner_objects()
-    module = original(*args, **kwargs)
-    report: dict[str, Any] = {}
-    _guard("JIT-load report", lambda: report.update(_jit_report(p, t0, before)))
-    if p.mode in ENFORCING and report.get("problem"):
-        raise RuntimeError(f"{TAG} refusing the planner build: {report['problem']}")
-    return module
-
-
-def _jit_report(p: _Process, t0: float, before: set[str]) -> dict[str, Any]:
-    from sglang_dsv4_fix import jitload
-
-    after = jitload.mapped_planner_objects()
-    new = sorted(after - before) or sorted(after)
-    so = Path(new[0]) if new else None
-    built = jitload.built_from(p.status, so, t0)
-    record = {**start_record(p), "event": "jit-load", "so": str(so) if so else None, **built}
-    record["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    record.update(jitload.build_verdict(p.status, built))
-    refuses = p.mode in ENFORCING  # around_jit_module then raises: the build is not served
-    record["action"] = ("refused" if refuses else "warned") if record["problem"] else "ok"
-    _log_jit(record)
-    _guard("report", lambda: write_report(record))
-    return record
-
-
-def _log_jit(r: dict[str, Any]) -> None:
-    how = {True: "compiled now", False: "from cache", None: "?"}[r.get("compiled_now")]
-    line = (
-        f"{TAG} JIT planner loaded so={r['so']} ({how}) built-from variant={r['built_variant']} "
-        f"sha256={(r['built_sha256'] or '')[:12]} evidence={r['evidence']!r} pid={r['pid']}"
-    )
-    if r["problem"]:
-        logger.error("%s -- %s: %s", line, r["state"].upper(), r["problem"])
-    else:
-        logger.info("%s", line)

@@ -316,7 +316,7 @@ def test_the_jit_hook_sits_on_sglangs_internal_callers(self_site: Path, tmp_path
     names = [f"{file}:{fn}" for file, fn in frames]
     assert "compress.py:generate" in names, done.stderr
     i = names.index("compress.py:generate")
-    assert names[i + 1 : i + 3] == ["hook_registry.py:wrapper", "plugin.py:around_jit_module"]
+    assert names[i + 1 : i + 3] == ["hook_registry.py:wrapper", "jitload.py:around_jit_module"]
 
 
 def test_a_fifo_report_does_not_hang_the_plugin(self_site: Path, tmp_path: Path) -> None:
@@ -332,21 +332,21 @@ def test_a_fifo_report_does_not_hang_the_plugin(self_site: Path, tmp_path: Path)
 
 
 def test_a_fifo_with_a_reader_is_refused_not_written(tmp_path: Path) -> None:
-    from sglang_dsv4_fix import plugin
+    from sglang_dsv4_fix import events
 
     fifo = tmp_path / "report.fifo"
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        os.environ[plugin.REPORT_ENV] = str(fifo)
+        os.environ[events.REPORT_ENV] = str(fifo)
         with pytest.raises(OSError) as e:
-            plugin.write_report({"event": "start"})
+            events.write_report({"event": "start"})
         assert (
             str(e.value) == f"{fifo} is not a regular file (a FIFO or a device?); nothing written"
         )
         assert os.read(reader, 100) == b""
     finally:
-        os.environ.pop(plugin.REPORT_ENV, None)
+        os.environ.pop(events.REPORT_ENV, None)
         os.close(reader)
 
 
@@ -356,7 +356,7 @@ def test_a_short_write_leaves_whole_records_only(tmp_path: Path) -> None:
     report.write_text('{"event": "start"}\n')
     code = (
         "import os, resource\n"
-        "from sglang_dsv4_fix.plugin import write_report\n"
+        "from sglang_dsv4_fix.events import write_report\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))\n"
         "try:\n"
         "    write_report({'pad': 'x' * 3000})\n"
@@ -372,17 +372,17 @@ def test_a_short_write_leaves_whole_records_only(tmp_path: Path) -> None:
 
 
 def test_report_lines_from_many_processes_never_interleave(tmp_path: Path) -> None:
-    from sglang_dsv4_fix import plugin
+    from sglang_dsv4_fix import events
 
     report = tmp_path / "r.jsonl"
     big = "x" * 3000
     code = (
         "import os, sys\n"
-        "from sglang_dsv4_fix.plugin import write_report\n"
+        "from sglang_dsv4_fix.events import write_report\n"
         "for i in range(200):\n"
         f"    write_report({{'pid': os.getpid(), 'i': i, 'pad': {big!r}}})\n"
     )
-    env = {**os.environ, plugin.REPORT_ENV: str(report)}
+    env = {**os.environ, events.REPORT_ENV: str(report)}
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env) for _ in range(6)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
     records = [json.loads(line) for line in report.read_text().splitlines()]

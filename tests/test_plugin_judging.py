@@ -21,7 +21,7 @@ from test_jitcache import lay_build, real_dir
 from test_verdict import FULL, Full, _without_release
 from trees import TreeFactory
 
-from sglang_dsv4_fix import __version__, jitcache, jitload, kernel, plugin, state
+from sglang_dsv4_fix import __version__, events, jitcache, jitload, kernel, plugin, state
 from sglang_dsv4_fix.errors import FatalError
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import Tree, find_tree
@@ -154,7 +154,7 @@ def test_the_start_line_and_record_say_the_status(
     p.rank, p.gpu = "tp3", "3"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")
     assert f" process=scheduler rank=tp3 gpu=3 pid={pid} " in plugin.start_line(p)
-    record = plugin.start_record(p)
+    record = events.start_record(p)
     assert record == {
         "schema": 1, "event": "start", "time": "2023-11-14T22:13:20Z",
         "host": os.uname().nodename, "pid": pid, "process": "scheduler", "rank": "tp3",
@@ -220,10 +220,10 @@ def test_a_healthy_or_healed_start_is_said_so(tree_factory: TreeFactory, tmp_pat
     p = _process(tmp_path, tree_factory, "fixed")
     assert p.status.problem is None
     assert plugin.start_line(p).endswith(" preconditions=ok mode=warn")
-    assert plugin.start_record(p)["action"] == "ok"
+    assert events.start_record(p)["action"] == "ok"
     p.status = p.status._replace(healed="healed: applied the no-init fix")
-    assert plugin.start_record(p)["action"] == "healed"
-    assert plugin.start_record(p)["healed"] is True
+    assert events.start_record(p)["action"] == "healed"
+    assert events.start_record(p)["healed"] is True
 
 
 def test_no_planner_is_said_so(tree_factory: TreeFactory, tmp_path: Path) -> None:

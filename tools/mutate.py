@@ -46,6 +46,14 @@ class Target:
     functions: tuple[str, ...] = ("*",)  # mutmut name patterns (module.x_function*)
 
 
+FILE_TESTS = (
+    "tests/test_fsops.py",
+    "tests/test_transaction.py",
+    "tests/test_provenance.py",
+    "tests/test_durability.py",
+    "tests/test_bad_input.py",
+    "tests/test_hostile_files.py",
+)
 MODULES: dict[str, Target] = {
     # the safety verdict: the five preconditions, the variant decision and what they read
     "kernel": Target(
@@ -74,19 +82,11 @@ MODULES: dict[str, Target] = {
     # it for each tree state (test_cli.py and the fork property test reach it too, at ~30 s a
     # mutant on this machine: too slow to include)
     "verdict": Target(("tests/test_verdict.py",)),
-    # the durable write primitives and the hostile-file reads (FIFOs, links, oversized files)
-    # the hardened reads and writes, through the in-process tests that drive them hardest: the
+    # the hostile-file reads (fsops: FIFOs, links, oversized files) and the durable write
+    # primitives (fswrite), through the in-process tests that drive them hardest: the
     # transaction's and the record's (real failed writes, hostile files), durability, bad input
-    "fsops": Target(
-        (
-            "tests/test_fsops.py",
-            "tests/test_transaction.py",
-            "tests/test_provenance.py",
-            "tests/test_durability.py",
-            "tests/test_bad_input.py",
-            "tests/test_hostile_files.py",
-        )
-    ),
+    "fsops": Target(FILE_TESTS),
+    "fswrite": Target(FILE_TESTS),
     # the record's validation, in-process (test_provenance.py), and its durable writes; the CLI
     # tests of hostile records run in a subprocess, out of mutmut's reach
     "provenance": Target(("tests/test_provenance.py", "tests/test_durability.py")),
@@ -110,9 +110,14 @@ MODULES: dict[str, Target] = {
                 "x_start_line",
                 "x__where",
                 "x_refuse_line",
-                "x__action",
-                "x_start_record",
             )
+        ),
+    ),
+    # the report record of a start (action, fields); the file write runs in subprocess tests
+    "events": Target(
+        ("tests/test_plugin_judging.py",),
+        functions=tuple(
+            f"sglang_dsv4_fix.events.{f}__mutmut_*" for f in ("x_action", "x_start_record")
         ),
     ),
     # the judging of a loaded build (what it was built from, in the verdict's words); the
