@@ -28,16 +28,16 @@ from sglang_dsv4_fix.jitnames import (
     CUDA_FILE,
     LOADER_LIMIT,
     MODULE,
+    SIDECAR,
     cache_root,
     loader_file,
     modelled_kernel,
-    module_name,
     not_current,
     parse_name,
     planner_entries,
     scheme_of,
-    source_hash,
 )
+from sglang_dsv4_fix.jitsource import module_name, source_hash
 from sglang_dsv4_fix.tree import Tree
 
 if TYPE_CHECKING:
@@ -54,7 +54,6 @@ WRAPPERS = (
 )
 CFLAGS = ("-std=c++20", "-O3")  # load_jit's DEFAULT_CFLAGS
 CUDA_FLAGS_TAIL = ("-std=c++20", "-O3", "--expt-relaxed-constexpr")  # after -DSGL_CUDA_ARCH=
-SIDECAR = ".sglang-dsv4-fix.json"  # our provenance note inside a build dir we compiled
 
 _TVMFFI_HEADERS = (
     "#include <tvm/ffi/container/tensor.h>",

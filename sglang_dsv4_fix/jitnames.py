@@ -2,9 +2,9 @@
 
 The cheap first step of every cache check, run by ``verify``, ``status`` and the plugin in every
 SGLang process (stdlib and fsops only, no regular expressions): where the cache is,
-whether it holds any planner entry, each release's naming scheme and source hash, and which
-cached entries are not provably built from the kernel's current bytes. What a build came from
-and what is stale is jitcache.py; removal is cacheclean.py.
+whether it holds any planner entry, each release's naming scheme, and which cached entries are
+not provably built from the kernel's current bytes. The loaders' source hash is jitsource.py;
+what a build came from and what is stale is jitcache.py; removal is cacheclean.py.
 
 Schemes (sgl-project/sglang#32467 is only fixed in-tree from 0.5.18):
 - ``tvmffi-default`` (0.5.12): tvm-ffi's ``<root>/<module>_<hash of generated source + flags>``;
@@ -19,14 +19,14 @@ Schemes (sgl-project/sglang#32467 is only fixed in-tree from 0.5.18):
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular
+from sglang_dsv4_fix.fsops import read_regular
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -46,26 +46,15 @@ LOADER_FILES = (
     "jit_kernel/utils.py",  # 0.5.12 - 0.5.15.post1
 )
 LOADER_LIMIT = 1024 * 1024  # the loaders are 10-40 KB
+SIDECAR = ".sglang-dsv4-fix.json"  # our note in a build folder we compiled (jitcache.py)
+SIDECAR_LIMIT = 1 << 20  # we write a few hundred bytes
+CONTENT_SCHEMES = ("content-name", "content-dir")  # a build's name carries its source hash
 
 # Build names (FACTS.md, "JIT build cache"), ``<hex16>`` lowercase; parse_name reads them:
 #   content-dir     MODULE_<src hex16>__arch_<arch: no "_" or "/">__tvmffi_<version: no "/">
 #   content-name    MODULE_<src hex16>_<ffi hex16>
 #   tvmffi-default  MODULE_<ffi hex16>
 _PREFIX, _ARCH, _TVMFFI = f"{MODULE}_", "__arch_", "__tvmffi_"
-# The loaders' include patterns, each anchored ``^\s*`` under re.MULTILINE; _directives scans for
-# them with string operations (compiling the patterns cost a cached-build check 0.25 ms at start).
-_QUOTED: dict[Scheme, str] = {
-    "content-name": r'#\s*include\s+"([^"]+)"',
-    "content-dir": r'#\s*include\s*"([^"]+)"',
-}
-_ANGLE = r"#\s*include\s*<(sgl_kernel/[^>]+)>"
-# each pattern's parts: whitespace needed after ``include``, the opening text, the closing mark
-_PARTS: dict[str, tuple[bool, str, str]] = {
-    _QUOTED["content-name"]: (True, '"', '"'),
-    _QUOTED["content-dir"]: (False, '"', '"'),
-    _ANGLE: (False, "<sgl_kernel/", ">"),
-}
-
 
 # --------------------------------------------------------------------------- where
 
@@ -161,161 +150,55 @@ def modelled_kernel(tree: Tree) -> Path | None:
     return tree.kernel_path
 
 
-# --------------------------------------------------------------------------- naming formulas
-
-
-def source_hash(tree: Tree, data: bytes, scheme: Scheme) -> str:
-    """The loader's 16-hex source hash with ``data`` standing in for the tree's c_plan.cuh.
-
-    Depth-first over the kernel and the headers it includes, in the loader's own stack order;
-    0.5.13 names each file by its absolute path and follows quoted includes only, 0.5.14+ by the
-    path relative to the kernel root and also ``<sgl_kernel/...>`` includes. Paths are strings
-    here, not ``Path``s: this runs in every server process whose cache holds a planner build, and
-    pathlib's parsing was two thirds of its time (30-odd headers, three paths each).
-    """
-    if scheme not in _QUOTED:
-        raise ValueError(f"scheme {scheme} has no source hash")
-    root = os.path.realpath(tree.kernel_root)
-    real = _Resolver()
-    kernel, is_file = real.file(os.path.join(root, "csrc", CUDA_FILE))
-    digest = hashlib.sha256()
-    seen: set[str] = set()
-    stack = [kernel] if is_file else []
-    while stack:
-        path = stack.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        content = data if path == kernel else read_regular(path, KERNEL_LIMIT, "kernel header")
-        digest.update(_ident(path, root, scheme).encode())
-        digest.update(b"\0")
-        digest.update(content)
-        digest.update(b"\0")
-        stack.extend(_includes(path, content, root, scheme, real))
-    return digest.hexdigest()[:16]
-
-
-class _Resolver:
-    """The loaders' ``(folder / include).resolve()`` (``os.path.realpath``), with each folder
-    resolved once, and whether that is a file (``is_file()``): one ``lstat`` per header instead
-    of one per path component and a ``stat`` besides (30-odd headers of 8-10 components each)."""
-
-    def __init__(self) -> None:
-        self._folders: dict[str, str] = {}
-
-    def file(self, path: str) -> tuple[str, bool]:
-        """The resolved path, and whether it is a regular file (through any links)."""
-        parent, name = os.path.split(path)
-        if name in ("", ".", ".."):  # not a file name: resolve it whole, as the loader does
-            full = os.path.realpath(path)
-            return full, os.path.isfile(full)
-        folder = self._folders.get(parent)
-        if folder is None:
-            folder = self._folders[parent] = os.path.realpath(parent)
-        full = os.path.join(folder, name)
-        try:
-            mode = os.lstat(full).st_mode
-        except (OSError, ValueError):
-            return full, False
-        if stat.S_ISLNK(mode):
-            full = os.path.realpath(full)
-            return full, os.path.isfile(full)
-        return full, stat.S_ISREG(mode)
-
-
-def _ident(path: str, root: str, scheme: Scheme) -> str:
-    """The name the loader hashes a file under: its absolute path (0.5.13), else its path
-    relative to the kernel root (``Path.relative_to``), or its bare name outside that root."""
-    if scheme == "content-name":
-        return path
-    under = os.path.join(root, "")
-    return path[len(under) :] if path.startswith(under) else os.path.basename(path)
-
-
-def _includes(path: str, content: bytes, root: str, scheme: Scheme, real: _Resolver) -> list[str]:
-    """The files ``path`` includes that exist, resolved, in the loader's order."""
-    text = content.decode("utf-8", errors="ignore")
-    folder = os.path.dirname(path)
-    found = [real.file(os.path.join(folder, inc)) for inc in _directives(_QUOTED[scheme], text)]
-    if scheme == "content-dir":
-        include = os.path.join(root, "include")
-        found += [real.file(os.path.join(include, inc)) for inc in _directives(_ANGLE, text)]
-    return [p for p, is_file in found if is_file]
-
-
-def _directives(pattern: str, text: str) -> list[str]:
-    """``re.findall(r"^\\s*" + pattern, text, re.MULTILINE)``, the loaders' own scan, without
-    ``re``: each ``include`` is found by ``str.find``, then the pattern is checked around it. Its
-    ``#`` is the first character before it that is not whitespace, and counts if only whitespace
-    precedes it on its line (``\\s`` and ``str.isspace`` are the same test) and it lies after the
-    previous match, where findall goes on. Held to the regex by test_jitcache.py."""
-    spaced, opening, closing = _PARTS[pattern]
-    out: list[str] = []
-    after = 0  # where the previous match ended
-    word = text.find("include")
-    while word >= 0:
-        found = _directive_at(text, word, after, spaced, opening, closing)
-        if found is not None:
-            out.append(text[found[0] : found[1]])
-            after = found[1] + 1
-        word = text.find("include", max(word + 1, after))
-    return out
-
-
-def _directive_at(
-    text: str, word: int, after: int, spaced: bool, opening: str, closing: str
-) -> tuple[int, int] | None:
-    """Where the value of the directive whose ``include`` is at ``word`` starts and ends."""
-    mark = _skip_space_back(text, word)
-    if mark < after or text[mark] != "#":
-        return None
-    line_start = text.rfind("\n", 0, mark) + 1
-    if line_start != mark and not text[line_start:mark].isspace():
-        return None
-    value = _skip_space(text, word + len("include"))
-    if spaced and value == word + len("include"):
-        return None
-    if not text.startswith(opening, value):
-        return None
-    end = text.find(closing, value + len(opening))
-    return (value + 1, end) if end > value + len(opening) else None
-
-
-def _skip_space(text: str, i: int) -> int:
-    while i < len(text) and text[i].isspace():
-        i += 1
-    return i
-
-
-def _skip_space_back(text: str, i: int) -> int:
-    """The index of the first character before ``i`` that is not whitespace (-1: none)."""
-    i -= 1
-    while i >= 0 and text[i].isspace():
-        i -= 1
-    return i
-
-
-def module_name(tree: Tree, data: bytes, scheme: Scheme) -> str:
-    if scheme == "tvmffi-default":
-        return MODULE
-    return f"{MODULE}_{source_hash(tree, data, scheme)}"
-
-
 # --------------------------------------------------------------------------- current or not
 
 
 def not_current(tree: Tree, data: bytes, entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
-    """Entries not provably built from the kernel bytes ``data``: a folder whose name carries the
-    hash of those bytes is, by the loader's own naming, built from them (what ``prewarm`` and a
-    fixed tree's first start leave). Nothing else is computed for the ones that are."""
+    """Entries not provably built from the kernel bytes ``data`` (0.5.13+: a 0.5.12 build's name
+    never tells). Two proofs, the cheap one first:
+
+    - our sidecar in the folder (``prewarm``, or the plugin when its process compiled the build)
+      names the sha256 of ``data`` and this folder's own ``.so``: a folder copied or renamed under
+      another hash carries a note about another ``.so``, and a loader rebuilds in place only from
+      sources of the same hash, so the same kernel bytes;
+    - the folder's name carries the loader's hash of ``data`` and the headers it includes (what a
+      build by SGLang alone leaves): computed once per scheme, only when a sidecar did not prove it.
+    """
+    sha256 = hashlib.sha256(data).hexdigest()
     own: dict[Scheme, str] = {}
     out = []
     for entry in entries:
         scheme, parts = parse_name(entry.name)  # type: ignore[misc]
-        if scheme in _QUOTED and not entry.is_symlink():
+        if scheme in CONTENT_SCHEMES and not entry.is_symlink():
+            if noted_sha256(entry.path, f"{MODULE}_{parts['src']}.so") == sha256:
+                continue
             if scheme not in own:
+                from sglang_dsv4_fix.jitsource import source_hash
+
                 own[scheme] = source_hash(tree, data, scheme)
             if parts["src"] == own[scheme]:
                 continue
         out.append(entry)
     return out
+
+
+def noted_sha256(build: str, so_name: str) -> str | None:
+    """The kernel sha256 our sidecar in the folder ``build`` names, if it is about ``so_name``.
+
+    Names and fields only, never the ``.so``'s bytes (jitcache.read_sidecar also checks those:
+    a 0.5.12 folder's name does not change when its sources do). The folder is opened without
+    following a link and the note read through it, regular file only, capped, never blocking."""
+    try:
+        fd = os.open(build, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        note = json.loads(read_regular(SIDECAR, SIDECAR_LIMIT, "sidecar", follow=False, dir_fd=fd))
+    except (FatalError, ValueError, RecursionError):  # absent, not a file, not JSON
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(note, dict) or note.get("so") != so_name:
+        return None
+    sha = note.get("kernel_sha256")
+    return sha if isinstance(sha, str) else None

@@ -24,7 +24,7 @@ import pytest
 from test_jitcache import lay_build, real_dir, variant_tree
 from trees import TreeFactory
 
-from sglang_dsv4_fix import cacheclean, jitcache, jitnames
+from sglang_dsv4_fix import cacheclean, jitcache, jitnames, jitsource
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import Tree
 
@@ -596,7 +596,7 @@ def test_the_cache_is_listed_before_any_source_is_computed(
     tree = variant_tree(tree_factory, "0.5.16", tmp_path / "sp", "no-init")
     root = tmp_path / "cache"
     fixed = real_dir(tree, "no-init", root)  # the name the release's own code gives the fix
-    originals = {"tree_sources": jitcache.tree_sources, "source_hash": jitnames.source_hash}
+    originals = {"tree_sources": jitcache.tree_sources, "source_hash": jitsource.source_hash}
     armed = set(originals)
 
     def guard(name: str) -> Callable[..., Any]:
@@ -609,7 +609,7 @@ def test_the_cache_is_listed_before_any_source_is_computed(
 
     for name in originals:
         monkeypatch.setattr(jitcache, name, guard(name))
-    monkeypatch.setattr(jitnames, "source_hash", guard("source_hash"))  # not_current's
+    monkeypatch.setattr(jitsource, "source_hash", guard("source_hash"))  # not_current's
     for _ in range(2):  # no folder; then a cache holding another module's build only
         assert jitcache.racy_builds(tree, root) == []
         assert jitcache.stale_builds(tree, root) == []

@@ -18,7 +18,7 @@ import pytest
 from jitref import release_names
 from trees import AFFECTED, TreeFactory, fetch_wheel
 
-from sglang_dsv4_fix import jitcache, jitnames
+from sglang_dsv4_fix import jitcache, jitnames, jitsource
 from sglang_dsv4_fix.rewrite import rewrite
 from sglang_dsv4_fix.tree import Tree, find_tree
 
@@ -74,7 +74,7 @@ def test_names_match_the_release_own_code(
     ref = reference(tree, cache=tmp_path)
     data = tree.kernel_path.read_bytes()  # type: ignore[union-attr]
     scheme = jitnames.scheme_of(tree)
-    assert jitnames.module_name(tree, data, scheme) == ref["module"]
+    assert jitsource.module_name(tree, data, scheme) == ref["module"]
     pin = wheel_tvm_ffi_pin(version)
     call = jitcache.load_call(tree, data, jitcache.arch_for(tree, 9, 0), pin, tmp_path)
     # the flags, sources and include list the release's own load_jit passed to load_inline
@@ -294,23 +294,85 @@ def test_0512_cannot_tell_without_a_sidecar(tree_factory: TreeFactory, tmp_path:
     assert json.loads((build / jitcache.SIDECAR).read_text())["so"] == so.name
 
 
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.16"])
+def test_our_sidecar_proves_a_build_current_without_a_source_hash(
+    tree_factory: TreeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    """sglang-dsv4-fix#10: a build we compiled (prewarm, the plugin) is proven current by its
+    sidecar, without hashing 30-odd headers in every server process; a note about other bytes,
+    another .so, or one that is not a regular file proves nothing, and the name is checked."""
+    tree = variant_tree(tree_factory, version, tmp_path / "sp", "no-init")
+    data = tree.kernel_path.read_bytes()  # type: ignore[union-attr]
+    sha = hashlib.sha256(data).hexdigest()
+    root = tmp_path / "cache"
+    name, module = real_dir(tree, "no-init", root)
+    build = lay_build(root, name, module)
+    hashed: list[str] = []
+    real_hash = jitsource.source_hash
+
+    def counted(*a: Any) -> str:
+        hashed.append(a[2])
+        return real_hash(*a)
+
+    monkeypatch.setattr(jitsource, "source_hash", counted)
+
+    def suspects() -> list[str]:
+        return [e.name for e in jitnames.not_current(tree, data, jitnames.planner_entries(root))]
+
+    assert suspects() == [] and len(hashed) == 1  # no note: the name's hash is computed
+    jitcache.write_sidecar(build, build / f"{module}.so", {"kernel_sha256": sha})
+    hashed.clear()
+    assert suspects() == [] and hashed == []  # our note: nothing computed
+    # a folder named by other sources that we built from these bytes (headers changed since)
+    scheme, parts = jitnames.parse_name(name)  # type: ignore[misc]
+    other = name.replace(parts["src"], "0123456789abcdef")
+    renamed = lay_build(root, other, module.replace(parts["src"], "0123456789abcdef"))
+    so = renamed / f"{jitnames.MODULE}_0123456789abcdef.so"
+    jitcache.write_sidecar(renamed, so, {"kernel_sha256": sha})
+    assert suspects() == [] and hashed == []
+    # ... but a note about other bytes, or about another .so (a folder copied or renamed under
+    # this name keeps its old note), proves nothing: the name decides, and it is not current
+    jitcache.write_sidecar(renamed, so, {"kernel_sha256": "0" * 64})
+    assert suspects() == [other] and hashed == [scheme]
+    (renamed / jitcache.SIDECAR).write_bytes((build / jitcache.SIDECAR).read_bytes())
+    assert suspects() == [other]
+    # a note that is a FIFO, a link to a good note, or not JSON: no hang, nothing proven
+    jitcache.write_sidecar(renamed, so, {"kernel_sha256": sha})
+    good = tmp_path / "good.json"
+    good.write_bytes((renamed / jitcache.SIDECAR).read_bytes())
+    for hostile in ("fifo", "link", "garbage"):
+        (renamed / jitcache.SIDECAR).unlink()
+        if hostile == "fifo":
+            os.mkfifo(renamed / jitcache.SIDECAR)
+        elif hostile == "link":
+            (renamed / jitcache.SIDECAR).symlink_to(good)
+        else:
+            (renamed / jitcache.SIDECAR).write_bytes(b"{" * 100_000)
+        assert suspects() == [other], hostile
+    # the build folder itself a link to a proven one: never followed
+    (renamed / jitcache.SIDECAR).unlink()
+    linked = root / other.replace("0123456789abcdef", "fedcba9876543210")
+    linked.symlink_to(build)
+    assert linked.name in suspects()
+
+
 def test_include_scan_finds_what_the_loaders_regex_finds() -> None:
-    """jitnames scans includes without the loaders' ``^\\s*`` anchor (for speed); on generated
+    """jitsource scans includes without the loaders' ``^\\s*`` anchor (for speed); on generated
     text of directive-like pieces it must find exactly what the anchored regex finds."""
     rng = random.Random(32467)
     pieces = [" ", "\t", "\n", "\u00a0", "\x0c", "#", "include", "  include", '"a.h"', '"b/c.cuh"',
               "<sgl_kernel/x.h>", "<other/y.h>", "// ", "x", '"', "<", ">", "#include", "\r\n",
               '""', "<sgl_kernel/>", "<sgl_kernel/", "sgl_kernel/", "\x1c", "\u2028", "# include"]  # fmt: skip
-    patterns = [*jitnames._QUOTED.values(), jitnames._ANGLE]
+    patterns = [*jitsource._QUOTED.values(), jitsource._ANGLE]
     for _ in range(6000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 40)))
         for pattern in patterns:
-            assert jitnames._directives(pattern, text) == re.findall(
+            assert jitsource._directives(pattern, text) == re.findall(
                 r"^\s*" + pattern, text, re.MULTILINE
             ), (pattern, text)
     # a match runs on past a newline (``[^"]+``), and the search goes on after it, not inside
     spanning = '#include "a\n#include "b.h"\n'
-    assert jitnames._directives(jitnames._QUOTED["content-dir"], spanning) == ["a\n#include "]
+    assert jitsource._directives(jitsource._QUOTED["content-dir"], spanning) == ["a\n#include "]
 
 
 # The loaders' build names as regular expressions: the reference parse_name's string tests match.
