@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import RECORD_LIMIT, held, read_regular
+from sglang_dsv4_fix.tree import backup_path as backup_path  # where our files sit: tree.py
+from sglang_dsv4_fix.tree import record_path as record_path
 from sglang_dsv4_fix.value import Value
 
 if TYPE_CHECKING:
@@ -104,14 +106,6 @@ class Provenance(Value):
         self.written_by = (
             written_by  # or "plugin" (SGLANG_DSV4_FIX_MODE=heal); absent in old records
         )
-
-
-def record_path(kernel: Path) -> Path:
-    return kernel.with_name(f".{kernel.name}.{TAG}.json")
-
-
-def backup_path(kernel: Path) -> Path:
-    return kernel.with_name(f".{kernel.name}.{TAG}.orig")
 
 
 def read(kernel: Path) -> Provenance | None:

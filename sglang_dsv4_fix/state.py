@@ -6,17 +6,19 @@ parsed only when a caller asks for its classification (unknown bytes, ``status``
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from sglang_dsv4_fix import manifest, provenance
+from sglang_dsv4_fix import manifest
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, held, read_regular, sha256_bytes
 from sglang_dsv4_fix.manifest import Release
-from sglang_dsv4_fix.tree import Tree
+from sglang_dsv4_fix.tree import Tree, backup_path, record_path
 
 if TYPE_CHECKING:  # the parser is imported only for bytes the manifest does not know
     from sglang_dsv4_fix.kernel import Classification
+    from sglang_dsv4_fix.provenance import Provenance
 
 
 class KernelState:
@@ -33,12 +35,17 @@ class KernelState:
         )  # releases shipping these bytes
         self.produced: list[tuple[Release, str]] = m.produced(self.sha256, tree.layout)
         self.expected: Release | None = m.release(tree.release)  # the tree's own release
-        self.record: provenance.Provenance | None = None
+        self.record: Provenance | None = None
         self.record_damage: str | None = None  # why the record beside the kernel is not trusted
-        try:
-            self.record = provenance.read(self.kernel)
-        except FatalError as e:
-            self.record_damage = str(e)
+        # the record's reader only where there is one: a tree as released has none, and every
+        # SGLang process would import it for nothing (docs/plugin.md, "Cost")
+        if held(self.kernel.parent) is not None or os.path.lexists(record_path(self.kernel)):
+            from sglang_dsv4_fix import provenance
+
+            try:
+                self.record = provenance.read(self.kernel)
+            except FatalError as e:
+                self.record_damage = str(e)
 
     @cached_property
     def classification(self) -> Classification:
@@ -74,7 +81,7 @@ class KernelState:
 
     @property
     def backup(self) -> str | None:
-        path = provenance.backup_path(self.kernel)
+        path = backup_path(self.kernel)
         return str(path) if path.exists() else None
 
     def to_dict(self) -> dict[str, Any]:

@@ -35,6 +35,19 @@ METADATA_LIMIT = 1024 * 1024  # a dist-info METADATA (sglang's: ~30 KB) or _vers
 _RELEASE = r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$"  # a release tag (compiled when a tag is read)
 
 
+OWN_TAG = "sglang-dsv4-fix"  # in the names of our files beside a kernel
+
+
+def record_path(kernel: Path) -> Path:
+    """Our provenance record beside ``kernel`` (provenance.py reads and writes it)."""
+    return kernel.with_name(f".{kernel.name}.{OWN_TAG}.json")
+
+
+def backup_path(kernel: Path) -> Path:
+    """Our backup of the original beside ``kernel`` (transaction.py writes it)."""
+    return kernel.with_name(f".{kernel.name}.{OWN_TAG}.orig")
+
+
 class Tree(Value):
     __slots__ = (
         "git_root",

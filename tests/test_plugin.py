@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from plugin_env import copy_site, install_self, release_site, run_python, server_site
 
-from sglang_dsv4_fix import jitnames
+from sglang_dsv4_fix import jitcache, jitsource
+from sglang_dsv4_fix.fsops import sha256_bytes
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import find_tree
 
@@ -132,12 +133,14 @@ def test_no_module_walk_at_start(self_site: Path) -> None:
 
 # What a server process imports of this package at start (docs/plugin.md, "Cost": each module is
 # 0.1-0.4 ms there). Not the patches package (its data is read beside the module), nor the kernel
-# parser, the cache inventory or anything that writes.
+# parser, the cache inventory or anything that writes; the loaders' source hash (jitsource) only
+# for a build no sidecar of ours speaks for.
 START_PATH = {"", ".errors", ".fsops", ".jitnames", ".manifest", ".plugin", ".provenance",
               ".state", ".tree", ".value", ".verdict"}  # fmt: skip
+EXTRA = {"racy": set(), "fixed, build cached": {".jitsource"}, "fixed, build prewarmed": set()}
 
 
-@pytest.mark.parametrize("tree", ["racy", "fixed, build cached"])
+@pytest.mark.parametrize("tree", list(EXTRA))
 def test_the_start_path_imports_only_what_the_verdict_needs(
     tree: str, self_site: Path, tmp_path: Path
 ) -> None:
@@ -145,8 +148,15 @@ def test_the_start_path_imports_only_what_the_verdict_needs(
     cache = tmp_path / "cache"
     if tree != "racy":  # a build named by the fixed kernel's sources, as its first start leaves
         tree_ = find_tree(site / "sglang")
-        name = jitnames.module_name(tree_, tree_.kernel_path.read_bytes(), "content-dir")  # type: ignore[union-attr]
-        (cache / f"{name}__arch_9.0a__tvmffi_0.1.11").mkdir(parents=True)
+        data = tree_.kernel_path.read_bytes()  # type: ignore[union-attr]
+        name = jitsource.module_name(tree_, data, "content-dir")
+        build = cache / f"{name}__arch_9.0a__tvmffi_0.1.11"
+        build.mkdir(parents=True)
+        if tree == "fixed, build prewarmed":  # with the note prewarm or the plugin leaves
+            (build / f"{name}.so").write_bytes(b"\x7fELF")
+            jitcache.write_sidecar(
+                build, build / f"{name}.so", {"kernel_sha256": sha256_bytes(data)}
+            )
     code = SERVE + (
         "import sys\n"
         "from sglang_dsv4_fix import manifest\n"
@@ -157,10 +167,12 @@ def test_the_start_path_imports_only_what_the_verdict_needs(
     assert done.returncode == 0, done.stderr
     ours = re.search(r"^OURS (.*)$", done.stdout, re.MULTILINE)
     assert ours is not None, done.stdout
-    expected = START_PATH - {".jitnames"} if tree == "racy" else START_PATH  # racy: no cache check
+    expected = START_PATH | EXTRA[tree]
+    if tree == "racy":  # no record to read; no cache check (no fix a build could be stale against)
+        expected = expected - {".provenance", ".jitnames"}
     assert set(ast.literal_eval(ours.group(1))) == {f"sglang_dsv4_fix{m}" for m in expected}
     assert f"DATA {self_site / 'sglang_dsv4_fix' / 'patches'}\n" in done.stdout
-    (line,) = LINE.findall(done.stderr)  # the cached build was judged by its name: current
+    (line,) = LINE.findall(done.stderr)  # the cached build was judged current
     assert ("variant=racy-init" if tree == "racy" else "variant=no-init") in line
     assert "STALE" not in line, line
 
