@@ -131,6 +131,8 @@ def _record_build(status: Status, so: Path) -> dict[str, Any]:
 
     assert status.kernel is not None
     data = read_regular(Path(status.kernel), KERNEL_LIMIT, "kernel")
+    if not _named_by(status, so.parent.name, data):  # the kernel changed while it compiled
+        return _from_cache_model(status, so, True)
     note = {
         "tool": "sglang-dsv4-fix",
         "tool_version": __version__,
@@ -143,6 +145,21 @@ def _record_build(status: Status, so: Path) -> dict[str, Any]:
     }
     jitcache.write_sidecar(so.parent, so, note)
     return _from_note(note, True, "compiled by this call from the kernel on disk; sidecar written")
+
+
+def _named_by(status: Status, name: str, data: bytes) -> bool:
+    """Whether a build folder's name could come from ``data``: a content-named folder (0.5.13+)
+    must carry the loader's hash of it, or the note would vouch for bytes the build never saw
+    (and jitnames.not_current believes a note). A 0.5.12 name never tells: only the note can."""
+    from sglang_dsv4_fix.jitnames import CONTENT_SCHEMES, parse_name
+    from sglang_dsv4_fix.jitsource import source_hash
+    from sglang_dsv4_fix.tree import find_tree
+
+    parsed = parse_name(name)
+    if parsed is None or parsed[0] not in CONTENT_SCHEMES:
+        return True
+    scheme, parts = parsed
+    return source_hash(find_tree(status.package_dir), data, scheme) == parts["src"]
 
 
 def _from_cache_model(status: Status, so: Path, compiled_now: bool) -> dict[str, Any]:

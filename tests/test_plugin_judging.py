@@ -21,7 +21,7 @@ from test_jitcache import lay_build, real_dir
 from test_verdict import FULL, Full, _without_release
 from trees import TreeFactory
 
-from sglang_dsv4_fix import __version__, events, jitcache, jitload, kernel, plugin, state
+from sglang_dsv4_fix import __version__, events, jitcache, jitload, jitnames, kernel, plugin, state
 from sglang_dsv4_fix.errors import FatalError
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import Tree, find_tree
@@ -350,6 +350,28 @@ def test_a_build_is_named_by_its_note_or_this_call(
         "compiled_now": False, "built_from": None, "built_variant": None,
         "built_sha256": None, "evidence": "not a build this tool can name",
     }  # fmt: skip
+
+
+def test_a_build_compiled_before_the_kernel_changed_gets_no_note(
+    tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    """The racy kernel compiled, then ``apply`` rewrote it before the load was reported: the
+    kernel on disk is the fixed one, but the folder's name is the racy bytes' hash. No note may
+    vouch for the fixed bytes there (the cache check believes our notes): the build is named by
+    its folder, racy, and judged stale."""
+    p = _process(tmp_path, tree_factory, "fixed")
+    tree = find_tree(Path(p.status.package_dir))
+    cache = Path(os.environ["TVM_FFI_CACHE_DIR"])
+    build = lay_build(cache, *real_dir(tree, "original", cache))
+    so = _so(build)
+    got = _built(p, so, 1_700_000_001.0)
+    assert (got["compiled_now"], got["built_variant"]) == (True, "racy-init")
+    assert got["evidence"] == "name hash matches this tree's original kernel"
+    assert not (build / jitcache.SIDECAR).exists()
+    assert jitload.build_verdict(p.status, got)["state"] == "stale-build"
+    fixed = Path(p.status.kernel or "").read_bytes()
+    stale = jitnames.not_current(tree, fixed, jitnames.planner_entries(cache))
+    assert [e.name for e in stale] == [build.name]
 
 
 # --------------------------------------------------------------------------- hostile files
