@@ -33,6 +33,7 @@ from sglang_dsv4_fix.jitnames import (
     loader_file,
     modelled_kernel,
     not_current,
+    note_about,
     parse_name,
     planner_entries,
     scheme_of,
@@ -607,22 +608,9 @@ def _lexists(path: Path) -> bool:
 
 def read_sidecar(build: Path, so_name: str) -> dict[str, Any] | None:
     """Our note in a build dir, if it still describes ``so_name``, the .so there that a loader
-    takes (else None). A note about another .so says nothing about this one: a build folder
-    renamed or copied under another module's name keeps its old .so and note, and the loader
-    compiles the new name's .so beside them."""
-    data = read_capped(build / SIDECAR)
-    if data is None:
-        return None
-    try:
-        note = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(note, dict) or not isinstance(note.get("so"), str):
-        return None
-    so = note["so"]
-    if so != so_name or "/" in so or so in ("", ".", ".."):
-        return None
-    if _sha256_path(build / so) != note.get("so_sha256"):
+    takes (else None): about that file (jitnames.note_about), and with its bytes."""
+    note = note_about(read_capped(build / SIDECAR), so_name)
+    if note is None or _sha256_path(build / so_name) != note.get("so_sha256"):
         return None  # rebuilt since we wrote it (or not a regular file): it no longer speaks
     return note
 

@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import read_regular
@@ -193,12 +193,23 @@ def noted_sha256(build: str, so_name: str) -> str | None:
     except OSError:
         return None
     try:
-        note = json.loads(read_regular(SIDECAR, SIDECAR_LIMIT, "sidecar", follow=False, dir_fd=fd))
-    except (FatalError, ValueError, RecursionError):  # absent, not a file, not JSON
+        data = read_regular(SIDECAR, SIDECAR_LIMIT, "sidecar", follow=False, dir_fd=fd)
+    except FatalError:  # absent, not a regular file, too big
         return None
     finally:
         os.close(fd)
-    if not isinstance(note, dict) or note.get("so") != so_name:
-        return None
-    sha = note.get("kernel_sha256")
+    sha = (note_about(data, so_name) or {}).get("kernel_sha256")
     return sha if isinstance(sha, str) else None
+
+
+def note_about(data: bytes | None, so_name: str) -> dict[str, Any] | None:
+    """Our sidecar's fields, if ``data`` is one and it is about ``so_name``. A note about another
+    .so says nothing about this one: a build folder renamed or copied under another module's name
+    keeps its old .so and note, and the loader compiles the new name's .so beside them."""
+    if data is None:
+        return None
+    try:
+        note = json.loads(data)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        return None
+    return note if isinstance(note, dict) and note.get("so") == so_name else None

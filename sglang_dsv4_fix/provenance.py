@@ -22,7 +22,6 @@ from sglang_dsv4_fix.value import Value
 if TYPE_CHECKING:
     from sglang_dsv4_fix.fswrite import Folder
 
-TAG = "sglang-dsv4-fix"
 STATES = ("pending", "applied")
 VARIANTS = ("no-init", "barrier")  # kernel.FIXED, without importing the classifier here
 METHODS = ("manifest-patch", "structural")
