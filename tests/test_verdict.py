@@ -21,7 +21,7 @@ import pytest
 from test_jitcache import lay_build, real_dir
 from trees import AFFECTED, FIXED, TreeFactory
 
-from sglang_dsv4_fix import manifest, verdict
+from sglang_dsv4_fix import jitcache, manifest, verdict
 from sglang_dsv4_fix.commands._common import options
 from sglang_dsv4_fix.main import COMMANDS, build_parser, main, parse
 from sglang_dsv4_fix.rewrite import rewrite
@@ -82,6 +82,18 @@ def _racy_build(root: Path) -> None:
     apply(root, "--no-clear-cache")
 
 
+def _noted_fix_build(root: Path) -> None:
+    """After apply: the fix's build in the cache with our note beside it (what prewarm leaves);
+    the cache check takes the note as proof, without the loaders' source hash."""
+    tree = find_tree(root)
+    assert tree.kernel_path is not None
+    cache = Path(os.environ["TVM_FFI_CACHE_DIR"])
+    name, module = real_dir(tree, "no-init", cache)
+    build = lay_build(cache, name, module)
+    note = {"kernel_sha256": hashlib.sha256(tree.kernel_path.read_bytes()).hexdigest()}
+    jitcache.write_sidecar(build, build / f"{module}.so", note)
+
+
 def _fork_with_fix(root: Path) -> None:
     edit(root, lambda t: rewrite(local_edit(t), "no-init"))
 
@@ -112,6 +124,15 @@ STATES = [
     State("edited after apply", _edited_after_apply, 0, r"EDITED SINCE APPLY: still a safe .*", 3),
     State("reinstalled", _reinstalled, 1, r"RACY: .*; replaced since apply \(reinstalled\?\).*"),
     State("stale racy build", _racy_build, 5, r"STALE BUILD: the kernel is verified \(no-init\).*"),
+    State(
+        "noted fix build", lambda r: (apply(r), _noted_fix_build(r)), 0, r"VERIFIED: no-init, .*"
+    ),
+    State(
+        "stale racy build beside a noted fix build",
+        lambda r: (_racy_build(r), _noted_fix_build(r)),
+        5,
+        r"STALE BUILD: the kernel is verified \(no-init\).*",
+    ),
     State("second launch site", lambda r: edit(r, second_launch), 1, r"RACY: .*"),
     State(
         "second launch site, fixed",
