@@ -537,7 +537,8 @@ def test_no_progress_line_in_a_pipe() -> None:
 
 
 def test_run_again_hints_repeat_the_users_own_command(capsys: pytest.CaptureFixture[str]) -> None:
-    from sglang_dsv4_fix.errors import Exit, FatalError, error_handler
+    from sglang_dsv4_fix.error_handler import error_handler
+    from sglang_dsv4_fix.errors import Exit, FatalError
 
     rerun = "sglang-dsv4-fix apply --tree /srv/img --cache-dir /c"
     with error_handler("sglang-dsv4-fix", rerun=rerun) as r:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix.commands import Formatter, add_loudness, to_a_reader_who_may_leave
-from sglang_dsv4_fix.errors import Exit, FatalError, error_handler, most_severe
+from sglang_dsv4_fix.error_handler import error_handler, most_severe
+from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.tree import Tree, find_tree
 from sglang_dsv4_fix.verdict import Options, Verdict
 
