@@ -56,11 +56,13 @@ def read_regular(
     *,
     follow: bool = True,
     dir_fd: int | None = None,
+    head: bool = False,
 ) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them, never blocking.
 
     A FIFO, device, socket or folder, an unreadable path and a file over ``limit`` raise a
     ``FatalError`` with ``code`` and one line naming ``path`` and ``what`` it should have been.
+    With ``head``, a longer file is not an error: its first ``limit`` bytes are returned.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     name = Path(path).name if dir_fd is not None else path
@@ -70,23 +72,23 @@ def read_regular(
         reason = "a symbolic link" if e.errno == errno.ELOOP and not follow else e.strerror
         raise FatalError(f"{path}: cannot read the {what} ({reason})", code) from e
     try:
-        return _read_fd(fd, path, limit, what, code)
+        return _read_fd(fd, path, limit, what, code, head)
     finally:
         os.close(fd)
 
 
-def _read_fd(fd: int, path: Path | str, limit: int, what: str, code: int) -> bytes:
+def _read_fd(fd: int, path: Path | str, limit: int, what: str, code: int, head: bool) -> bytes:
     st = os.fstat(fd)
     if stat.S_ISDIR(st.st_mode):  # as open(2) of a folder for writing would say
         raise FatalError(f"{path}: cannot read the {what} (Is a directory)", code)
     if not stat.S_ISREG(st.st_mode):
         kind = _NOT_REGULAR.get(stat.S_IFMT(st.st_mode), "not a regular file")
         raise FatalError(f"{path}: cannot read the {what} (not a regular file: {kind})", code)
-    if st.st_size > limit:
+    if st.st_size > limit and not head:
         raise FatalError(_too_big(path, what, st.st_size, limit), code)
-    chunks, total = [], 0
+    chunks, total, want = [], 0, limit if head else limit + 1  # one more: did it grow?
     try:
-        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+        while chunk := os.read(fd, min(1 << 20, want - total)):
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:  # grew while we read

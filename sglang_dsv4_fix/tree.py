@@ -32,6 +32,9 @@ LOADER_MODULES: dict[Layout, str] = {
 }
 KERNEL_IN_ROOT = "csrc/deepseek_v4/c_plan.cuh"
 METADATA_LIMIT = 1024 * 1024  # a dist-info METADATA (sglang's: ~30 KB) or _version.py
+# Name and Version are the first headers of every release's METADATA: every SGLang process reads
+# its first 4 KB (of ~30), and the whole file only if Version is not among the whole lines there.
+METADATA_HEAD = 4096
 _RELEASE = r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$"  # a release tag (compiled when a tag is read)
 
 
@@ -199,12 +202,24 @@ def _release(package: Path, git_root: Path | None, infos: list[Path]) -> tuple[s
 def _from_dist_info(infos: list[Path]) -> str | None:
     if len(infos) != 1:
         return None  # none, or several stale ones: the name would be a guess
-    for line in _text(infos[0] / "METADATA").splitlines():
+    path = infos[0] / "METADATA"
+    head = _read(path, METADATA_HEAD, head=True)
+    if len(head) == METADATA_HEAD:  # cut: only whole lines count
+        head = head[: head.rfind(b"\n") + 1]
+    version, ended = _version_header(head)
+    if version or ended:
+        return version
+    return _version_header(_read(path, METADATA_LIMIT))[0]  # headers longer than the head
+
+
+def _version_header(data: bytes) -> tuple[str | None, bool]:
+    """The ``Version:`` header in ``data``, and whether the header block ended in it."""
+    for line in data.decode("utf-8", errors="replace").splitlines():
         if line.startswith("Version:"):
-            return line.split(":", 1)[1].strip()
+            return line.split(":", 1)[1].strip(), True
         if not line.strip():
-            break
-    return None
+            return None, True
+    return None, False
 
 
 def _from_version_file(package: Path) -> str | None:
@@ -214,12 +229,16 @@ def _from_version_file(package: Path) -> str | None:
 
 
 def _text(path: Path) -> str:
-    """A metadata file's text, read as hostile (regular files only, never blocking, capped);
-    "" if it is missing or unfit, so the release is looked for elsewhere."""
+    return _read(path, METADATA_LIMIT).decode("utf-8", errors="replace")
+
+
+def _read(path: Path, limit: int, head: bool = False) -> bytes:
+    """A metadata file's bytes, read as hostile (regular files only, never blocking, capped);
+    empty if it is missing or unfit, so the release is looked for elsewhere."""
     try:
-        return read_regular(path, METADATA_LIMIT, "metadata").decode("utf-8", errors="replace")
+        return read_regular(path, limit, "metadata", head=head)
     except FatalError:
-        return ""
+        return b""
 
 
 def _from_git_tag(git_root: Path) -> str | None:

@@ -53,6 +53,25 @@ def test_release_from_version_file_without_dist_info(
     )
 
 
+@pytest.mark.parametrize("before", [4096 - 10, 4096, 40_000])
+def test_release_from_a_version_header_past_the_head_read(
+    before: int, tree_factory: TreeFactory, tmp_path: Path
+) -> None:
+    """Only the first 4 KB of METADATA is read when Version is there; a Version line cut by that
+    edge, or further down, is still read whole (from the whole file)."""
+    root = tree_factory.installed("0.5.17", tmp_path / "sp")
+    metadata = next(root.glob("sglang-*.dist-info")) / "METADATA"
+    lines = metadata.read_text().splitlines(keepends=True)
+    version = next(line for line in lines if line.startswith("Version:"))
+    rest = "".join(line for line in lines if line is not version)
+    first, _, body = rest.partition("\n")  # Metadata-Version, then a Summary to fill the bytes
+    head = f"{first}\nSummary: {'x' * (before - len(first) - 11)}\n"
+    assert len(head.encode()) == before
+    metadata.write_text(head + version + body)
+    tree = find_tree(root)
+    assert (tree.release, tree.release_source) == ("0.5.17", "dist-info")
+
+
 def test_untagged_checkout_has_unknown_release(tree_factory: TreeFactory, tmp_path: Path) -> None:
     root = tree_factory.git("0.5.16", tmp_path / "co")
     subprocess.run(
