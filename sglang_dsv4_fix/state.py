@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix import manifest
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, held, read_regular, sha256_bytes
 from sglang_dsv4_fix.manifest import Release
-from sglang_dsv4_fix.tree import Tree, backup_path, record_path
+from sglang_dsv4_fix.tree import Tree, record_path
 
 if TYPE_CHECKING:  # the parser is imported only for bytes the manifest does not know
     from sglang_dsv4_fix.kernel import Classification
@@ -79,30 +79,6 @@ class KernelState:
         """The bytes are what this tool wrote, as its (trusted) record says."""
         return self.record is not None and self.record.result_sha256 == self.sha256
 
-    @property
-    def backup(self) -> str | None:
-        path = backup_path(self.kernel)
-        return str(path) if path.exists() else None
-
-    def to_dict(self) -> dict[str, Any]:
-        c = self.classification
-        return {
-            "kernel": str(self.kernel),
-            "sha256": self.sha256,
-            "variant": self.variant,
-            "reason": c.reason,
-            "safe": self.safe,
-            "preconditions": [
-                {"name": p.name, "ok": p.ok, "detail": p.detail} for p in c.preconditions
-            ],
-            "known_base": [r.version for r in self.bases],
-            "produced_from": [f"{r.version}:{variant}" for r, variant in self.produced],
-            "provenance": None if self.record is None else self.record._asdict(),
-            "provenance_damaged": self.record_damage,
-            "backup": self.backup,
-            "backup_holds_original": backup_matches(self),
-        }
-
 
 def inspect(tree: Tree) -> KernelState:
     """Read the kernel of ``tree`` (which must have one) and everything known about it."""
@@ -128,10 +104,3 @@ def _classify(data: bytes) -> Classification:
             "unknown", f"the kernel file is not UTF-8 text ({e.reason} at byte {e.start})"
         )
     return classify(text)
-
-
-def backup_matches(state: KernelState) -> bool:
-    """The backup beside the kernel holds the original the (validated) record names."""
-    from sglang_dsv4_fix.transaction import backup_verdict
-
-    return state.record is not None and backup_verdict(state.kernel, state.record) is None

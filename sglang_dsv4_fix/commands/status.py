@@ -8,6 +8,7 @@ from typing import Any
 from sglang_dsv4_fix import state, verdict
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
 from sglang_dsv4_fix.errors import Exit
+from sglang_dsv4_fix.tree import backup_path
 
 HELP = """\
 Informational: exits 0 whatever the verdict (use `verify` as a gate); the verdict line and the
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     cache = status_line(tree, args.cache_dir)
     emit(
         args,
-        {**tree_dict(tree), **current.to_dict(), **v.to_dict(), "jit_cache": cache},
+        {**tree_dict(tree), **state_dict(current), **v.to_dict(), "jit_cache": cache},
         [
             *head,
             *_lines(current),
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _lines(s: state.KernelState) -> list[str]:
-    c, d = s.classification, s.to_dict()
+    c, d = s.classification, state_dict(s)
     base = ", ".join(d["known_base"]) or "-"
     produced = ", ".join(d["produced_from"]) or "-"
     out = [
@@ -83,3 +84,36 @@ def _lines(s: state.KernelState) -> list[str]:
     matches = " (holds the recorded original)" if d["backup_holds_original"] else ""
     out.append(f"backup:        {d['backup'] or 'none'}{matches}")
     return out
+
+
+def state_dict(s: state.KernelState) -> dict[str, Any]:
+    """The kernel's state as ``status --json`` gives it."""
+    c = s.classification
+    return {
+        "kernel": str(s.kernel),
+        "sha256": s.sha256,
+        "variant": s.variant,
+        "reason": c.reason,
+        "safe": s.safe,
+        "preconditions": [
+            {"name": p.name, "ok": p.ok, "detail": p.detail} for p in c.preconditions
+        ],
+        "known_base": [r.version for r in s.bases],
+        "produced_from": [f"{r.version}:{variant}" for r, variant in s.produced],
+        "provenance": None if s.record is None else s.record._asdict(),
+        "provenance_damaged": s.record_damage,
+        "backup": _backup(s),
+        "backup_holds_original": _backup_matches(s),
+    }
+
+
+def _backup(s: state.KernelState) -> str | None:
+    path = backup_path(s.kernel)
+    return str(path) if path.exists() else None
+
+
+def _backup_matches(s: state.KernelState) -> bool:
+    """The backup beside the kernel holds the original the (validated) record names."""
+    from sglang_dsv4_fix.transaction import backup_verdict
+
+    return s.record is not None and backup_verdict(s.kernel, s.record) is None
