@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from sglang_dsv4_fix import jitcache, jitnames
+from sglang_dsv4_fix import jitcache, jitroot
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fswrite import fsync_dir
 from sglang_dsv4_fix.tree import Tree
@@ -69,7 +69,7 @@ def clear_root(cache_dir: str | Path | None, env: Mapping[str, str] | None = Non
     env = os.environ if env is None else env
     if cache_dir is None and env.get("TVM_FFI_CACHE_DIR") == "":
         raise FatalError(EMPTY_VAR, Exit.REFUSED)
-    return checked_root(jitnames.cache_root(cache_dir, env))
+    return checked_root(jitroot.cache_root(cache_dir, env))
 
 
 def checked_root(root: Path) -> Path | None:

@@ -27,9 +27,7 @@ from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes, sha2
 from sglang_dsv4_fix.jitnames import (
     CUDA_FILE,
     LOADER_LIMIT,
-    MODULE,
     SIDECAR,
-    cache_root,
     loader_file,
     modelled_kernel,
     not_current,
@@ -38,6 +36,7 @@ from sglang_dsv4_fix.jitnames import (
     planner_entries,
     scheme_of,
 )
+from sglang_dsv4_fix.jitroot import MODULE, cache_root
 from sglang_dsv4_fix.jitsource import module_name, source_hash
 from sglang_dsv4_fix.tree import Tree
 

@@ -1,10 +1,11 @@
-"""What the planner's JIT loader calls its builds, and where it puts them.
+"""What the planner's JIT loader calls its builds.
 
-The cheap first step of every cache check, run by ``verify``, ``status`` and the plugin in every
-SGLang process (stdlib and fsops only, no regular expressions): where the cache is,
-whether it holds any planner entry, each release's naming scheme, and which cached entries are
-not provably built from the kernel's current bytes. The loaders' source hash is jitsource.py;
-what a build came from and what is stale is jitcache.py; removal is cacheclean.py.
+The cheap step of every cache check that finds a planner entry, run by ``verify``, ``status`` and
+the plugin in every SGLang process (stdlib and fsops only, no regular expressions): each
+release's naming scheme, and which cached entries are not provably built from the kernel's
+current bytes. Where the cache is and whether it holds any planner entry is jitroot.py; the
+loaders' source hash is jitsource.py; what a build came from and what is stale is jitcache.py;
+removal is cacheclean.py.
 
 Schemes (sgl-project/sglang#32467 is only fixed in-tree from 0.5.18):
 - ``tvmffi-default`` (0.5.12): tvm-ffi's ``<root>/<module>_<hash of generated source + flags>``;
@@ -21,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import read_regular
+from sglang_dsv4_fix.jitroot import MODULE
 
 if TYPE_CHECKING:
     from typing import Literal, TypeAlias
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
     Scheme: TypeAlias = Literal["tvmffi-default", "content-name", "content-dir", "sglang-ninja"]
 
-MODULE = "sgl_kernel_jit_dpsk_v4_compress_plan"  # the start of every release's planner build name
 CUDA_FILE = "deepseek_v4/c_plan.cuh"  # what every release's _jit_compress_plan_module() builds
 
 # Where load_jit lives, newest layout first (FACTS.md, "JIT build cache").
@@ -45,6 +45,7 @@ LOADER_FILES = (
     "jit_kernel/utils/compile.py",  # 0.5.16
     "jit_kernel/utils.py",  # 0.5.12 - 0.5.15.post1
 )
+NINJA_DIR = "compile"  # the loader's folder from 0.5.18, whose builds SGLang's own cache holds
 LOADER_LIMIT = 1024 * 1024  # the loaders are 10-40 KB
 SIDECAR = ".sglang-dsv4-fix.json"  # our note in a build folder we compiled (jitcache.py)
 SIDECAR_LIMIT = 1 << 20  # we write a few hundred bytes
@@ -56,30 +57,7 @@ CONTENT_SCHEMES = ("content-name", "content-dir")  # a build's name carries its 
 #   tvmffi-default  MODULE_<ffi hex16>
 _PREFIX, _ARCH, _TVMFFI = f"{MODULE}_", "__arch_", "__tvmffi_"
 
-# --------------------------------------------------------------------------- where
-
-
-def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """``--cache-dir``, else ``$TVM_FFI_CACHE_DIR``, else ``~/.cache/tvm-ffi`` (as both SGLang
-    0.5.14+ and tvm-ffi compute it: the variable is taken as given, then ``~`` expanded).
-
-    Set but empty, it is ``.``: tvm-ffi 0.1.9/0.1.11 (``os.environ.get("TVM_FFI_CACHE_DIR",
-    default)`` in ``tvm_ffi/cpp/extension.py``) and SGLang's ``load_jit`` do not treat an empty
-    value as unset, they build into each process's current folder. Readers look there too;
-    ``cacheclean.clear_root`` refuses to clear it unless named by ``--cache-dir``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ if env is None else env
-    return Path(env.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi")).expanduser()
-
-
-def has_planner_entry(root: Path) -> bool:
-    """Whether any top-level name in ``root`` starts like a planner build (names only)."""
-    try:
-        with os.scandir(root) as it:
-            return any(e.name.startswith(MODULE) for e in it)
-    except OSError:  # no cache (the usual case), or not a folder: nothing cached
-        return False
+# --------------------------------------------------------------------------- names
 
 
 def planner_entries(root: Path) -> list[os.DirEntry[str]]:
@@ -128,10 +106,8 @@ def loader_file(tree: Tree) -> Path | None:
 
 def scheme_of(tree: Tree) -> Scheme:
     """The cache scheme of the tree's own ``load_jit``, read from its source (not its version)."""
-    path = loader_file(tree)
-    if path is None:
-        raise FatalError(f"{tree.package_dir}: no SGLang JIT loader (load_jit) found", Exit.UNKNOWN)
-    if path.parent.name == "compile":
+    path = _loader(tree)
+    if path.parent.name == NINJA_DIR:
         return "sglang-ninja"
     text = read_regular(path, LOADER_LIMIT, "JIT loader", Exit.UNKNOWN).decode(errors="replace")
     if "_jit_build_dir_name" in text:
@@ -143,11 +119,19 @@ def scheme_of(tree: Tree) -> Scheme:
 
 def modelled_kernel(tree: Tree) -> Path | None:
     """The tree's c_plan.cuh if its builds live in a cache modelled here; None without the
-    planner or with 0.5.18+'s own ninja cache (already fixed upstream). FatalError without a
+    planner or with 0.5.18+'s own ninja cache (already fixed upstream), told by the loader's
+    path alone: a cache check reads each entry's scheme from its name. FatalError without a
     loader, as scheme_of."""
-    if tree.kernel_path is None or scheme_of(tree) == "sglang-ninja":
+    if tree.kernel_path is None or _loader(tree).parent.name == NINJA_DIR:
         return None
     return tree.kernel_path
+
+
+def _loader(tree: Tree) -> Path:
+    path = loader_file(tree)
+    if path is None:
+        raise FatalError(f"{tree.package_dir}: no SGLang JIT loader (load_jit) found", Exit.UNKNOWN)
+    return path
 
 
 # --------------------------------------------------------------------------- current or not

@@ -15,7 +15,8 @@ import stat
 from typing import TYPE_CHECKING
 
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular
-from sglang_dsv4_fix.jitnames import CUDA_FILE, MODULE
+from sglang_dsv4_fix.jitnames import CUDA_FILE
+from sglang_dsv4_fix.jitroot import MODULE
 
 if TYPE_CHECKING:
     from sglang_dsv4_fix.jitnames import Scheme

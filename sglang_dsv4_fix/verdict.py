@@ -167,11 +167,13 @@ def stale_builds(tree: Tree, opts: Options, current: KernelState) -> list[str] |
     Cheapest first, as this runs in every server process: a cache with no planner entry, or only
     entries named by the kernel's current bytes (what ``prewarm`` and a fixed tree's first start
     leave), has none; only other entries are inventoried (jitcache)."""
+    from sglang_dsv4_fix import jitroot
+
+    root = jitroot.cache_root(opts.cache_dir)
+    if not jitroot.has_planner_entry(root):
+        return []  # the usual case, told from the names alone
     from sglang_dsv4_fix import jitnames
 
-    root = jitnames.cache_root(opts.cache_dir)
-    if not jitnames.has_planner_entry(root):
-        return []  # the usual case, told from the names alone
     try:
         if jitnames.modelled_kernel(tree) is None:
             return []

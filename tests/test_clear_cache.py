@@ -24,7 +24,7 @@ import pytest
 from test_jitcache import lay_build, real_dir, variant_tree
 from trees import TreeFactory
 
-from sglang_dsv4_fix import cacheclean, jitcache, jitnames, jitsource
+from sglang_dsv4_fix import cacheclean, jitcache, jitnames, jitroot, jitsource
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.tree import Tree
 
@@ -334,7 +334,7 @@ def test_empty_cache_variable_is_the_current_folder_as_in_tvm_ffi(
     from tvm_ffi.cpp import extension
 
     monkeypatch.setenv("TVM_FFI_CACHE_DIR", "")
-    assert jitnames.cache_root() == Path(".")
+    assert jitroot.cache_root() == Path(".")
     source = Path(extension.__file__).read_text()
     assert 'cache_dir = os.environ.get("TVM_FFI_CACHE_DIR", str(Path("~/.cache/tvm-ffi")' in source
     assert 'build_dir = Path(cache_dir).expanduser() / f"{name}_{source_hash}"' in source
@@ -620,7 +620,7 @@ def test_the_cache_is_listed_before_any_source_is_computed(
     armed.discard("source_hash")
     assert jitcache.racy_builds(tree, root) == []
     assert jitcache.stale_builds(tree, root) == []
-    lay_build(root, "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef", jitnames.MODULE)
+    lay_build(root, "sgl_kernel_jit_dpsk_v4_compress_plan_0123456789abcdef", jitroot.MODULE)
     with pytest.raises(AssertionError, match="tree_sources computed before"):
         jitcache.racy_builds(tree, root)  # a planner entry of unknown bytes: sources needed
 

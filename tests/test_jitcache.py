@@ -18,7 +18,7 @@ import pytest
 from jitref import release_names
 from trees import AFFECTED, TreeFactory, fetch_wheel
 
-from sglang_dsv4_fix import jitcache, jitnames, jitsource
+from sglang_dsv4_fix import jitcache, jitnames, jitroot, jitsource
 from sglang_dsv4_fix.rewrite import rewrite
 from sglang_dsv4_fix.tree import Tree, find_tree
 
@@ -149,10 +149,10 @@ def test_cache_root_follows_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("TVM_FFI_CACHE_DIR", str(tmp_path / "c"))
-    assert jitnames.cache_root() == tmp_path / "c"
+    assert jitroot.cache_root() == tmp_path / "c"
     monkeypatch.delenv("TVM_FFI_CACHE_DIR")
-    assert jitnames.cache_root() == Path.home() / ".cache" / "tvm-ffi"
-    assert jitnames.cache_root("~/x") == Path.home() / "x"
+    assert jitroot.cache_root() == Path.home() / ".cache" / "tvm-ffi"
+    assert jitroot.cache_root("~/x") == Path.home() / "x"
 
 
 def test_parse_capability() -> None:
@@ -327,7 +327,7 @@ def test_our_sidecar_proves_a_build_current_without_a_source_hash(
     scheme, parts = jitnames.parse_name(name)  # type: ignore[misc]
     other = name.replace(parts["src"], "0123456789abcdef")
     renamed = lay_build(root, other, module.replace(parts["src"], "0123456789abcdef"))
-    so = renamed / f"{jitnames.MODULE}_0123456789abcdef.so"
+    so = renamed / f"{jitroot.MODULE}_0123456789abcdef.so"
     jitcache.write_sidecar(renamed, so, {"kernel_sha256": sha})
     assert suspects() == [] and hashed == []
     # ... but a note about other bytes, or about another .so (a folder copied or renamed under
@@ -385,7 +385,7 @@ NAME_FORMS = {
 
 def reference_parse(name: str) -> tuple[str, dict[str, str]] | None:
     for scheme, form in NAME_FORMS.items():
-        m = re.fullmatch(re.escape(jitnames.MODULE) + "_" + form, name)
+        m = re.fullmatch(re.escape(jitroot.MODULE) + "_" + form, name)
         if m:
             return scheme, m.groupdict()
     return None
@@ -412,10 +412,10 @@ def test_build_names_parse_as_the_loaders_forms_read() -> None:
     arches, versions = ["9.0a", "9.0", "", "9_0", "9/0", "sm 90"], ["0.1.11", "", "0/1", "0_1"]
     tails = ["", "", "", "\n", "_", "x", "__arch_"]
     prefixes = [
-        jitnames.MODULE + "_",
-        jitnames.MODULE,
-        jitnames.MODULE + "__",
-        "x" + jitnames.MODULE,
+        jitroot.MODULE + "_",
+        jitroot.MODULE,
+        jitroot.MODULE + "__",
+        "x" + jitroot.MODULE,
     ]
     seen = set()
     for _ in range(20000):

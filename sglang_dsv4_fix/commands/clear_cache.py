@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sglang_dsv4_fix import cacheclean, jitcache, jitnames
+from sglang_dsv4_fix import cacheclean, jitcache, jitnames, jitroot
 from sglang_dsv4_fix.cacheclean import Removal
 from sglang_dsv4_fix.commands._common import add_tree, command, emit, progress, tree_dict, tree_of
 from sglang_dsv4_fix.errors import Exit, FatalError
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     root = cacheclean.clear_root(args.cache_dir)
     tree = None if args.all and args.tree is None else tree_of(args)
     if root is None:
-        return _report(args, tree, jitnames.cache_root(args.cache_dir), [], [], "no cache folder")
+        return _report(args, tree, jitroot.cache_root(args.cache_dir), [], [], "no cache folder")
     builds = [] if tree is None else _builds(tree, root)
     stale = [] if tree is None or not builds else jitcache.stale_builds(tree, root)
     targets = cacheclean.whole_cache(root) if args.all else [b.path for b in stale]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sglang_dsv4_fix import __version__, cacheclean, jitcache, jitnames
+from sglang_dsv4_fix import __version__, cacheclean, jitcache, jitnames, jitroot
 from sglang_dsv4_fix.commands._common import (
     add_tree,
     command,
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     cuda_home = _cuda_home()
     arch = jitcache.arch_for(tree, *_capability(args.arch), nvcc=_nvcc_version(cuda_home))
     version = _tvm_ffi_version(tree)
-    root = jitnames.cache_root(args.cache_dir)
+    root = jitroot.cache_root(args.cache_dir)
     call = jitcache.load_call(tree, data, arch, version, root)
     warm = _already_warm(tree, call)
     seconds = 0.0 if warm else _build(tree, call, root, cuda_home, data)
@@ -174,7 +174,7 @@ def _already_warm(tree: Tree, call: jitcache.LoadCall) -> bool:
     so = call.build_dir / f"{call.name}.so"
     if not so.is_file() or so.is_symlink():
         return False
-    if call.build_directory is not None or call.name != jitnames.MODULE:
+    if call.build_directory is not None or call.name != jitroot.MODULE:
         return True  # the name hashes the bytes: a .so there was built from them
     note = jitcache.read_sidecar(call.build_dir, so.name)  # 0.5.12: only our note can tell
     assert tree.kernel_path is not None
