@@ -132,20 +132,6 @@ class Verdict(Value):
     def fix(self) -> str | None:
         return next((p.fix for p in self.problems if p.fix), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "exit": int(self.exit),
-            "headline": self.headline,
-            "variant": self.variant,
-            "sha256": self.sha256,
-            "pinned_by": self.pinned_by,
-            "problems": [p._asdict() for p in self.problems],
-            "notes": list(self.notes),
-            "fix": self.fix,
-            "stale_builds": list(self.stale_builds),
-        }
-
 
 # --------------------------------------------------------------------------- entry points
 

@@ -86,6 +86,22 @@ def tree_dict(tree: Tree) -> dict[str, Any]:
     }
 
 
+def verdict_dict(v: Verdict) -> dict[str, Any]:
+    """The verdict as every ``--json`` gives it."""
+    return {
+        "state": v.state,
+        "exit": int(v.exit),
+        "headline": v.headline,
+        "variant": v.variant,
+        "sha256": v.sha256,
+        "pinned_by": v.pinned_by,
+        "problems": [p._asdict() for p in v.problems],
+        "notes": list(v.notes),
+        "fix": v.fix,
+        "stale_builds": list(v.stale_builds),
+    }
+
+
 class Output:
     """What one call prints: text per tree as it is judged, JSON once at the end."""
 

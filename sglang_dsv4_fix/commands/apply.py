@@ -13,6 +13,7 @@ from sglang_dsv4_fix.commands._common import (
     emit,
     options,
     tree_dict,
+    verdict_dict,
     writable_tree,
 )
 from sglang_dsv4_fix.commands.clear_cache import add_cache_options, report_removals
@@ -119,7 +120,7 @@ def _report(
         "variant": args.variant,
         "check": args.check,
         "result_sha256": plan.record.result_sha256 if plan.record else None,
-        "before": before.to_dict(),
+        "before": verdict_dict(before),
         "headline": before.headline,
         "exit": int(Exit.OK),
         "cache_removed": [str(r.path) for r in removed or []],

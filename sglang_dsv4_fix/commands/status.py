@@ -6,7 +6,15 @@ import argparse
 from typing import Any
 
 from sglang_dsv4_fix import state, verdict
-from sglang_dsv4_fix.commands._common import add_tree, command, emit, options, tree_dict, tree_of
+from sglang_dsv4_fix.commands._common import (
+    add_tree,
+    command,
+    emit,
+    options,
+    tree_dict,
+    tree_of,
+    verdict_dict,
+)
 from sglang_dsv4_fix.errors import Exit
 from sglang_dsv4_fix.tree import backup_path
 
@@ -32,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         v = verdict.assess(tree, options(args))
         emit(
             args,
-            {**tree_dict(tree), **v.to_dict()},
+            {**tree_dict(tree), **verdict_dict(v)},
             [*head, "kernel:        none (no DeepSeek-V4 planner)", f"verdict:       {v.headline}"],
         )
         return int(Exit.OK)
@@ -43,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     cache = status_line(tree, args.cache_dir)
     emit(
         args,
-        {**tree_dict(tree), **state_dict(current), **v.to_dict(), "jit_cache": cache},
+        {**tree_dict(tree), **state_dict(current), **verdict_dict(v), "jit_cache": cache},
         [
             *head,
             *_lines(current),

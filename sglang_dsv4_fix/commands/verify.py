@@ -13,6 +13,7 @@ from sglang_dsv4_fix.commands._common import (
     options,
     tree_dict,
     tree_of,
+    verdict_dict,
     verdict_lines,
 )
 from sglang_dsv4_fix.tree import Tree
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     lines = verdict_lines(where, v)
     if args.verbose:
         lines += _details(tree, v)
-    emit(args, {**tree_dict(tree), **v.to_dict()}, lines)
+    emit(args, {**tree_dict(tree), **verdict_dict(v)}, lines)
     return int(v.exit)
 
 
