@@ -1,6 +1,6 @@
 """What the plugin adds to an SGLang process's start, under SGLang's real ``load_plugins()``.
 
-Usage: python benchmarks/plugin_startup.py [--rounds 12] [--budget SECONDS]
+Usage: python benchmarks/plugin_startup.py [--rounds 12] [--budget SECONDS] [--baseline REF]
 Runs from a temporary folder (never the checkout: its *.egg-info would expose the entry point to
 the "none" arm too), in the tests' cached interpreter (tests/plugin_env.py) with the real SGLang
 0.5.16 and what ``sglang.srt.server_args`` needs. Each probe is a fresh interpreter that imports
@@ -12,7 +12,9 @@ nvcc). Three arms per tree, in rotating order each round:
 - ``empty``: a plugin whose ``register()`` does nothing, installed the same way: what SGLang's
   framework costs for any plugin (it lists the entry point, reads the distribution's metadata,
   imports the module); asserted: ours absent, it present;
-- ``plugin``: this package (asserted: entry point present, module imported).
+- ``plugin``: this package (asserted: entry point present, module imported);
+- ``baseline`` (with ``--baseline REF``): this package as committed at git ``REF``, installed the
+  same way, asserted as ``plugin``: the code before a change, in the same rounds as the change.
 Prints medians side by side, of wall-clock time and of the probe thread's CPU time (on a busy
 machine the second is the work itself), then the plugins' own part of the window, timed inside it
 (each entry point's ``ep.load()`` and call, through a wrapper around ``EntryPoint.load``, and
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 RELEASE = "0.5.16"
 TARGET_MS = 3.0
 ARMS = ("none", "empty", "plugin")
+OURS = ("plugin", "baseline")  # this package: as checked out, and as committed at --baseline
 EMPTY = "sglang_plugin_that_does_nothing"
 SERVER = "torch, sglang.srt.server_args"  # what every server process has loaded before
 PROBE = """
@@ -94,7 +97,7 @@ def measure(
         raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
     wall, cpu, loaded, listed, own, logger = line.split()[1:]
     names = listed.split(",")
-    if arm == "plugin":
+    if arm in OURS:
         assert loaded == "1" and "sglang_dsv4_fix" in names, line
     else:  # the baselines must really run without this plugin
         assert loaded == "0" and "sglang_dsv4_fix" not in names, line
@@ -109,6 +112,21 @@ def _run(
     full.update(env, PYTHONPATH=os.pathsep.join(str(p) for p in path))
     return subprocess.run((python, "-c", code), capture_output=True, text=True, env=full,
                           cwd=path[0] if path else None, timeout=300)  # fmt: skip
+
+
+def install_ref(ref: str, dest: Path) -> Path:
+    """This repository's package as committed at ``ref``, pip-installed into ``dest``."""
+    from plugin_env import REPO, base_python
+
+    src = dest.with_name(dest.name + "-src")
+    src.mkdir()
+    archive = subprocess.run(("git", "-C", str(REPO), "archive", "--format=tar", ref),
+                             capture_output=True, check=True).stdout  # fmt: skip
+    subprocess.run(("tar", "-x", "-C", str(src)), input=archive, check=True)
+    subprocess.run((str(base_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    "--no-deps", "--no-build-isolation", "--target", str(dest), str(src)),
+                   check=True)  # fmt: skip
+    return dest
 
 
 def empty_plugin(dest: Path) -> Path:
@@ -177,7 +195,8 @@ def run(
         if i and budget is not None and time.monotonic() - start > budget:
             print(f"budget of {budget:.0f} s spent after {i} rounds", file=sys.stderr)
             break
-        order = ARMS[i % 3 :] + ARMS[: i % 3]
+        arms = tuple(sites)
+        order = arms[i % len(arms) :] + arms[: i % len(arms)]
         for tree, (site, cache) in cases.items():
             for arm in order:
                 ms = measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload)
@@ -191,14 +210,23 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12)
-    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                        help="start no round after this long; the table covers the rounds done")  # fmt: skip
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="start no round after this long; the table covers the rounds done",
+    )
+    parser.add_argument("--baseline", metavar="REF",
+                        help="also time this package as committed at git REF, in the same rounds")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.chdir(tmp)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (install_self(tmp / "self"),)}  # fmt: skip
+        if args.baseline:
+            sites["baseline"] = (install_ref(args.baseline, tmp / "baseline"),)
         cases = trees(tmp)
         samples = run(args.rounds, cases, sites, (server_site(),), budget=args.budget)
     return table(samples, cases)
@@ -207,28 +235,32 @@ def main() -> int:
 def table(samples: dict[tuple[str, str], list[Sample]], cases: dict[str, Any]) -> int:
     """Medians of the wall-clock time (the target) and of the probe thread's CPU time (the same
     work without the time other processes took the CPU away: the figure to trust on a busy host);
-    then the parts of the window that are the plugins' own, timed inside it."""
+    then the parts of the window that are the plugins' own, timed inside it. A ``baseline`` arm
+    gets its own columns; the target is judged on ``plugin``."""
     worst, rounds = 0.0, min(len(x) for x in samples.values())
+    ours = [a for a in OURS if (next(iter(cases)), a) in samples]
     for clock, i in (("wall-clock", 0), ("CPU time", 1)):
         print(f"SGLang {RELEASE}, load_plugins() + configure_logger(), {clock}, "
               f"median of {rounds} (ms)")  # fmt: skip
-        print(f"{'tree':30} {'none':>7} {'empty':>7} {'plugin':>7} {'added':>7} {'over empty':>10}")
+        print(f"{'tree':30} {'none':>7} {'empty':>7} "
+              + " ".join(f"{a:>8} {a[:4] + ' added':>10} {'over empty':>10}" for a in ours))  # fmt: skip
         for tree in cases:
-            none, empty, plugin = (
-                statistics.median(x[i] for x in samples[(tree, a)]) for a in ARMS
-            )
-            worst = max(worst, plugin - none) if i == 0 else worst
-            print(f"{tree:30} {none:7.2f} {empty:7.2f} {plugin:7.2f} {plugin - none:7.2f} "
-                  f"{plugin - empty:10.2f}")  # fmt: skip
-    print(f"Inside that window, wall-clock, median of {rounds} (ms): the plugin's own part of "
+            med = {
+                a: statistics.median(x[i] for x in samples[(tree, a)]) for a in (*ARMS[:2], *ours)
+            }
+            worst = max(worst, med["plugin"] - med["none"]) if i == 0 else worst
+            print(f"{tree:30} {med['none']:7.2f} {med['empty']:7.2f} "
+                  + " ".join(f"{med[a]:8.2f} {med[a] - med['none']:10.2f} "
+                             f"{med[a] - med['empty']:10.2f}" for a in ours))  # fmt: skip
+    print(f"Inside that window, wall-clock, median of {rounds} (ms): each plugin's own part of "
           "load_plugins() (ep.load() + register()), and configure_logger()")  # fmt: skip
-    print(f"{'tree':30} {'own: empty':>10} {'plugin':>7} {'logger: none':>12} {'empty':>7} "
-          f"{'plugin':>7} {'own + logger added':>18}")  # fmt: skip
+    print(f"{'tree':30} {'arm':>8} {'own':>7} {'logger':>7} {'own + logger added':>18}")
     for tree in cases:
-        own_e, own_p = (statistics.median(x[2] for x in samples[(tree, a)]) for a in ARMS[1:])
-        log_n, log_e, log_p = (statistics.median(x[3] for x in samples[(tree, a)]) for a in ARMS)
-        print(f"{tree:30} {own_e:10.2f} {own_p:7.2f} {log_n:12.2f} {log_e:7.2f} {log_p:7.2f} "
-              f"{own_p + log_p - log_n:18.2f}")  # fmt: skip
+        log_n = statistics.median(x[3] for x in samples[(tree, "none")])
+        for arm in ("empty", *ours):
+            own = statistics.median(x[2] for x in samples[(tree, arm)])
+            log = statistics.median(x[3] for x in samples[(tree, arm)])
+            print(f"{tree:30} {arm:>8} {own:7.2f} {log:7.2f} {own + log - log_n:18.2f}")
     print(
         f"target: <= {TARGET_MS} ms added (wall-clock): {'met' if worst <= TARGET_MS else 'NOT met'}"
     )
