@@ -3,6 +3,7 @@
 A record is read as hostile input: a regular file of at most ``RECORD_LIMIT`` bytes, one flat JSON
 object whose every field has its type, length and allowed values, and whose manifest-patch claims
 agree with the release manifest. A record that fails is damaged: reported, never acted on.
+Read here (a fixed tree's plugin start reads it); written only by transaction.py.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import RECORD_LIMIT, held, read_regular
 from sglang_dsv4_fix.tree import backup_path as backup_path  # where our files sit: tree.py
 from sglang_dsv4_fix.tree import record_path as record_path
 from sglang_dsv4_fix.value import Value
-
-if TYPE_CHECKING:
-    from sglang_dsv4_fix.fswrite import Folder
 
 STATES = ("pending", "applied")
 VARIANTS = ("no-init", "barrier")  # kernel.FIXED, without importing the classifier here
@@ -230,33 +228,3 @@ def _manifest_claim(r: Provenance) -> str | None:
     if r.base_release is not None and r.base_release not in {rel.version for rel in known}:
         return f"base_release {r.base_release} does not have the original {r.base_sha256[:16]}…"
     return None
-
-
-# writing, below: fswrite is imported there, never on the plugin's start path (reads only)
-
-
-def write(kernel: Path, record: Provenance, owner: tuple[int, int] | None = None) -> None:
-    from sglang_dsv4_fix.fswrite import atomic_write
-
-    data = (json.dumps(record._asdict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
-    folder = held(kernel.parent)
-    if folder is None:
-        atomic_write(record_path(kernel), data, mode=0o644)
-    else:
-        folder.write(record_path(kernel).name, data, 0o644, owner)
-
-
-def discard(kernel: Path) -> None:
-    from sglang_dsv4_fix.fswrite import remove
-
-    folder = held(kernel.parent)
-    if folder is None:
-        remove(record_path(kernel))
-        remove(backup_path(kernel))
-        return
-    _discard_in(folder, kernel)
-
-
-def _discard_in(folder: Folder, kernel: Path) -> None:
-    folder.unlink(record_path(kernel).name)
-    folder.unlink(backup_path(kernel).name)

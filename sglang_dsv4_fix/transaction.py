@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 from sglang_dsv4_fix import __version__, manifest, patching, provenance, verdict
 from sglang_dsv4_fix.errors import Exit, FatalError
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, held, read_regular, sha256_bytes
-from sglang_dsv4_fix.fswrite import Folder, file_lock, is_our_temp
+from sglang_dsv4_fix.fswrite import Folder, atomic_write, file_lock, is_our_temp, remove
 from sglang_dsv4_fix.kernel import FIXED
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite
@@ -317,11 +318,11 @@ def _drop_lone_backup(folder: Folder, kernel: Path, current: str) -> None:
 def _resolve(folder: Folder, kernel: Path, record: Provenance, current: str) -> None:
     pending = record.state == "pending"
     if pending and current == record.result_sha256:
-        provenance.write(kernel, _applied(record), _owner_of(folder, kernel))
+        write_record(kernel, _applied(record), _owner_of(folder, kernel))
     elif pending and record.previous_sha256 is not None and current == record.previous_sha256:
-        provenance.write(kernel, _rolled_back(record), _owner_of(folder, kernel))
+        write_record(kernel, _rolled_back(record), _owner_of(folder, kernel))
     elif current == record.base_sha256:
-        provenance.discard(kernel)
+        discard_record(kernel)
     elif pending:
         raise FatalError(
             f"{kernel}: changed during an interrupted apply; inspect by hand", Exit.REFUSED
@@ -393,11 +394,11 @@ def commit_plan(kernel: Path, plan: Plan) -> None:
     undo: Undo = []
     with _writing(folder.path, undo):
         _ensure_backup(folder, kernel, plan, current, owner, undo)
-        provenance.write(kernel, plan.record, owner)
+        write_record(kernel, plan.record, owner)
         undo.append(_restore_record(kernel, plan.replaces_record, owner))
         folder.write(kernel.name, plan.new_data, stat.S_IMODE(st.st_mode), owner)
     with _writing(folder.path):  # the kernel landed: from here recovery rolls forward
-        provenance.write(kernel, _applied(plan.record), owner)
+        write_record(kernel, _applied(plan.record), owner)
 
 
 def _ensure_backup(
@@ -431,7 +432,7 @@ def _restore_record(
     name = provenance.record_path(kernel).name
     if previous is None:
         return lambda: folder.unlink(name)
-    return lambda: provenance.write(kernel, previous, owner)
+    return lambda: write_record(kernel, previous, owner)
 
 
 def revert(kernel: Path) -> str:
@@ -445,7 +446,7 @@ def revert(kernel: Path) -> str:
     with _writing(folder.path, []):
         folder.write(kernel.name, original, stat.S_IMODE(st.st_mode), _owner(st))
     with _writing(folder.path):
-        provenance.discard(kernel)
+        discard_record(kernel)
     return f"restored the original kernel (sha256 {record.base_sha256[:16]}…)"
 
 
@@ -521,3 +522,30 @@ def refuse_foreign_changes(
             f"commit or stash them, or run: {opts.command('apply', '--force')}",
             Exit.REFUSED,
         )
+
+
+# --------------------------------------------------------------------------- the record's writes
+
+
+def write_record(kernel: Path, record: Provenance, owner: tuple[int, int] | None = None) -> None:
+    """Our provenance record beside ``kernel`` (read by provenance.py, written only here)."""
+    data = (json.dumps(record._asdict(), indent=2, sort_keys=True) + "\n").encode("utf-8")
+    folder = held(kernel.parent)
+    if folder is None:
+        atomic_write(provenance.record_path(kernel), data, mode=0o644)
+    else:
+        folder.write(provenance.record_path(kernel).name, data, 0o644, owner)
+
+
+def discard_record(kernel: Path) -> None:
+    folder = held(kernel.parent)
+    if folder is None:
+        remove(provenance.record_path(kernel))
+        remove(provenance.backup_path(kernel))
+        return
+    _discard_in(folder, kernel)
+
+
+def _discard_in(folder: Folder, kernel: Path) -> None:
+    folder.unlink(provenance.record_path(kernel).name)
+    folder.unlink(provenance.backup_path(kernel).name)

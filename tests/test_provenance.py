@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from trees import TreeFactory
 
-from sglang_dsv4_fix import manifest, provenance
+from sglang_dsv4_fix import manifest, provenance, transaction
 from sglang_dsv4_fix.fswrite import file_lock
 from sglang_dsv4_fix.main import main
 from sglang_dsv4_fix.provenance import DamagedRecord, Provenance
@@ -172,9 +172,9 @@ def test_discard_takes_the_record_and_the_backup_only(kernel: Path, held: bool) 
     assert {provenance.record_path(kernel).name, provenance.backup_path(kernel).name} <= set(before)
     if held:
         with file_lock(kernel.parent):
-            provenance.discard(kernel)
+            transaction.discard_record(kernel)
     else:
-        provenance.discard(kernel)
+        transaction.discard_record(kernel)
     after = sorted(p.name for p in kernel.parent.iterdir() if not p.name.endswith(".lock"))
     gone = {provenance.record_path(kernel).name, provenance.backup_path(kernel).name}
     assert after == sorted(set(before) - gone)
@@ -190,6 +190,6 @@ def test_discard_under_the_lock_takes_them_from_the_locked_folder(kernel: Path) 
         kernel.parent.mkdir()
         for name in names:
             (kernel.parent / name).write_bytes(b"not ours")
-        provenance.discard(kernel)
+        transaction.discard_record(kernel)
     assert not any((moved / name).exists() for name in names)
     assert all((kernel.parent / name).read_bytes() == b"not ours" for name in names)

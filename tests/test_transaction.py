@@ -408,7 +408,7 @@ def test_a_failed_revert_changes_nothing(tree: Tree) -> None:
 def test_a_failed_recovery_says_the_next_run_finishes(tree: Tree) -> None:
     kernel = kernel_of(tree)
     apply(tree)
-    provenance.write(kernel, record_of(kernel)._replace(state="pending"))
+    transaction.write_record(kernel, record_of(kernel)._replace(state="pending"))
     with file_size_limit(100):
         said = refused(kernel, transaction.recover, kernel)
     assert said == (
@@ -447,7 +447,7 @@ def test_restore_record_undoes_the_record_write(tree: Tree) -> None:
     with file_lock(kernel.parent):
         put_back = transaction._restore_record(kernel, old, OWNER)
         drop = transaction._restore_record(kernel, None, OWNER)
-        provenance.write(kernel, old._replace(state="pending", written_by="plugin"))
+        transaction.write_record(kernel, old._replace(state="pending", written_by="plugin"))
         put_back()
         assert record_of(kernel) == old
         if os.geteuid() == 0:
@@ -462,7 +462,7 @@ def test_restore_record_undoes_the_record_write(tree: Tree) -> None:
 def pending(kernel: Path, **changes: str | None) -> Provenance:
     """Rewrite the record as a killed run left it (state "pending", plus ``changes``)."""
     record = record_of(kernel)._replace(state="pending", **changes)
-    provenance.write(kernel, record)
+    transaction.write_record(kernel, record)
     return record
 
 
@@ -490,7 +490,7 @@ def switch_pending(tree: Tree, land: bool) -> Provenance:
     apply(tree)
     plan = transaction.plan_apply(inspect(tree), "barrier")
     assert plan.record is not None
-    provenance.write(kernel, plan.record)
+    transaction.write_record(kernel, plan.record)
     if land:
         kernel.write_bytes(plan.new_data)
     return plan.record
@@ -524,7 +524,7 @@ def test_recover_drops_record_and_backup_when_the_kernel_is_the_original(
     kernel = kernel_of(tree)
     original = kernel.read_bytes()
     apply(tree)
-    provenance.write(kernel, record_of(kernel)._replace(state=state))
+    transaction.write_record(kernel, record_of(kernel)._replace(state=state))
     kernel.write_bytes(original)  # an apply killed before the replace, a revert after it
     recover(kernel)
     assert not kernel.with_name(RECORD).exists() and not kernel.with_name(BACKUP).exists()
