@@ -503,6 +503,8 @@ def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
         measure("empty", tmp_path, site, server)
     with pytest.raises(AssertionError):  # ... or with ours beside it
         measure("empty", tmp_path, self_site, empty, site, server)
+    with pytest.raises(AssertionError):  # --baseline's arm must load the plugin, as "plugin" does
+        measure("baseline", tmp_path, site, server)
 
 
 def test_the_fix_hint_is_shell_quoted(tmp_path: Path) -> None:
