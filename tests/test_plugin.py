@@ -507,6 +507,20 @@ def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
         measure("baseline", tmp_path, site, server)
 
 
+def test_the_import_benchmark_counts_only_its_arms_install(self_site: Path, tmp_path: Path) -> None:
+    """benchmarks/start_imports.py's probe sums our modules' -X importtime self-times, and fails
+    when the package it imported is not the install its arm names (first on the path)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from start_imports import probe
+
+    site, server = release_site("0.5.16"), server_site()
+    total, names = probe(self_site, site, server, cache=tmp_path)
+    assert total > 0 and "sglang_dsv4_fix.verdict" in names, names
+    (tmp_path / "other").mkdir()
+    with pytest.raises(AssertionError):  # ours came from self_site, not the arm's own folder
+        probe(tmp_path / "other", self_site, site, server, cache=tmp_path)
+
+
 def test_the_fix_hint_is_shell_quoted(tmp_path: Path) -> None:
     import shlex
 
