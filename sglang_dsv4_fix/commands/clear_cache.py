@@ -93,7 +93,7 @@ def report_removals(done: list[Removal], warning: str | None) -> None:
 
 
 def _builds(tree: Any, root: Path) -> list[jitcache.Build]:
-    if tree.kernel_path is None or jitnames.scheme_of(tree) == "sglang-ninja":
+    if jitnames.modelled_kernel(tree) is None:  # no planner, or SGLang's own cache (0.5.18+)
         return []
     return jitcache.inventory(tree, root)
 
