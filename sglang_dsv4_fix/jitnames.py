@@ -137,9 +137,12 @@ def _loader(tree: Tree) -> Path:
 # --------------------------------------------------------------------------- current or not
 
 
-def not_current(tree: Tree, data: bytes, entries: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
+def not_current(
+    tree: Tree, data: bytes, entries: list[os.DirEntry[str]], sha256: str | None = None
+) -> list[os.DirEntry[str]]:
     """Entries not provably built from the kernel bytes ``data`` (0.5.13+: a 0.5.12 build's name
-    never tells). Two proofs, the cheap one first:
+    never tells); ``sha256``: that of ``data``, where the caller has it already. Two proofs, the
+    cheap one first:
 
     - our sidecar in the folder (``prewarm``, or the plugin when its process compiled the build)
       names the sha256 of ``data`` and this folder's own ``.so``: a folder copied or renamed under
@@ -148,7 +151,7 @@ def not_current(tree: Tree, data: bytes, entries: list[os.DirEntry[str]]) -> lis
     - the folder's name carries the loader's hash of ``data`` and the headers it includes (what a
       build by SGLang alone leaves): computed once per scheme, only when a sidecar did not prove it.
     """
-    sha256 = hashlib.sha256(data).hexdigest()
+    sha256 = sha256 or hashlib.sha256(data).hexdigest()
     own: dict[Scheme, str] = {}
     out = []
     for entry in entries:

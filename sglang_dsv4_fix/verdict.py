@@ -163,7 +163,9 @@ def stale_builds(tree: Tree, opts: Options, current: KernelState) -> list[str] |
     try:
         if jitnames.modelled_kernel(tree) is None:
             return []
-        if not jitnames.not_current(tree, current.data, jitnames.planner_entries(root)):
+        if not jitnames.not_current(
+            tree, current.data, jitnames.planner_entries(root), current.sha256
+        ):
             return []
         from sglang_dsv4_fix import jitcache
 
