@@ -530,3 +530,27 @@ def test_the_fix_hint_is_shell_quoted(tmp_path: Path) -> None:
     status = plugin.inspect_tree(site / "sglang")
     assert status.fix == f"sglang-dsv4-fix apply --tree {shlex.quote(str(site))}"
     assert shlex.split(status.fix or "")[-1] == str(site)
+
+
+def test_the_anatomy_benchmark_loads_exactly_the_start_modules(
+    self_site: Path, tmp_path: Path
+) -> None:
+    """benchmarks/start_anatomy.py learns the start modules from the real import, loads exactly
+    those step by step, and fails when register() imports one it left out or when ours did not
+    come from the install under test (first on the path)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from start_anatomy import probe, start_modules
+
+    site = release_site("0.5.16")
+    names = start_modules(self_site, site, cache=tmp_path)
+    assert set(names) == {f"sglang_dsv4_fix{m}" for m in START_PATH}, names
+    assert names.index("sglang_dsv4_fix.value") < names.index("sglang_dsv4_fix.plugin")
+    rows, work, _ = probe(self_site, site, cache=tmp_path, names=names)
+    assert [r[0] for r in rows] == names and all(r[1] > 0 for r in rows) and work > 0, rows
+    with pytest.raises(AssertionError):  # register() imports the verdict the probe left out
+        probe(
+            self_site, site, cache=tmp_path, names=[n for n in names if not n.endswith("verdict")]
+        )
+    (tmp_path / "other").mkdir()
+    with pytest.raises(AssertionError):  # ours came from self_site, not the arm's own folder
+        probe(tmp_path / "other", self_site, site, cache=tmp_path, names=names)
