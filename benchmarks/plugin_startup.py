@@ -190,9 +190,6 @@ def run(
     at a time. With ``budget`` (seconds), no round starts once it is spent: a run under a time
     limit ends with the rounds it finished rather than with nothing."""
     samples: dict[tuple[str, str], list[Sample]] = {}
-    for site, cache in cases.values():  # untimed: what a first start writes once per
-        for arm in sites:  # install (.pyc files, the plugin's start bundle) is not in the figures
-            measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload)
     start = time.monotonic()
     for i in range(rounds):
         if i and budget is not None and time.monotonic() - start > budget:
