@@ -136,7 +136,7 @@ def test_no_module_walk_at_start(self_site: Path) -> None:
 # parser, the cache inventory or anything that writes; the build names (jitnames) only for a cache
 # that holds a planner entry, and the loaders' source hash (jitsource) only for a build no
 # sidecar of ours speaks for.
-START_PATH = {"", ".errors", ".fsops", ".manifest", ".plugin", ".state", ".tree", ".value",
+START_PATH = {"", ".errors", ".fsops", ".manifest", ".plugin", ".start", ".state", ".tree", ".value",
               ".verdict"}  # fmt: skip
 FIXED = {".provenance", ".jitroot"}  # our record beside the kernel; where the cache is
 EXTRA = {
