@@ -4,7 +4,9 @@
 # (`pytest -m gpu`), then the plugin's start cost on this host's CPUs (gpu/plugin_cost.py, 0.5.16,
 # three arms, three trees).
 #
-#   bash gpu/issue10.sh prep     # here (CPU, with internet): lay out .gpu/p17 (ignored, carried)
+#   bash gpu/issue10.sh prep     # here (CPU, with internet): lay out .gpu/p17 (ignored, carried),
+#                                # with the package as committed at $BASELINE (default HEAD) for
+#                                # cost's baseline arm
 #   bash gpu/issue10.sh run      # on the H200, carrying .gpu/p17: all of it (one call, when the
 #                                # cost run's budget leaves room); results under $OUT
 #   bash gpu/issue10.sh check    # the planner checks and the GPU tests alone (~4 min)
@@ -36,6 +38,7 @@ PY
              --platform manylinux2014_x86_64)
   "${pip[@]}" -d "$P" apache-tvm-ffi==0.1.11 || return 9
   "${pip[@]}" -d "$P/small" "${SMALL[@]}" || return 9
+  git archive --format=tar "${BASELINE:-HEAD}" > "$P/baseline.tar" || return 9  # cost's baseline arm
   du -sh "$P"
 }
 
@@ -69,7 +72,9 @@ tests() {
 cost() {
   local here=$PWD
   lay_out || return 9
-  (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout "${COST_S:-420}" python3 "$here/gpu/plugin_cost.py" \
+  local base
+  base=$(baseline) || return 9
+  (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site COST_BASELINE=$base timeout "${COST_S:-420}" python3 "$here/gpu/plugin_cost.py" \
      /tmp/self /tmp/sp16 /tmp/site "${ROUNDS:-4}" "${BUDGET_S:-}") 2>&1 | tee "$OUT/plugin_cost.txt"
 }
 
@@ -79,6 +84,17 @@ floor() {
   lay_out || return 9
   (cd /tmp && PYTHONPATH=/tmp/self:/tmp/site timeout "${FLOOR_S:-420}" python3 "$here/benchmarks/start_floor.py" \
      --host /tmp/self /tmp/sp16 /tmp/site --rounds "${ROUNDS:-6}") 2>&1 | tee "$OUT/start_floor.txt"
+}
+
+# The package as committed at prep's BASELINE (default: HEAD), installed beside /tmp/self; prints
+# its folder, or nothing when prep laid out no baseline.
+baseline() {
+  [ -f "$P/baseline.tar" ] || return 0
+  if [ ! -d /tmp/baseline/sglang_dsv4_fix ]; then
+    rm -rf /tmp/baseline-src && mkdir -p /tmp/baseline-src && tar -x -C /tmp/baseline-src -f "$P/baseline.tar" || return 9
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/baseline /tmp/baseline-src >&2 || return 9
+  fi
+  echo /tmp/baseline
 }
 
 # What cost and floor probe: this package, the release's extra needs, an unpacked 0.5.16.

@@ -7,10 +7,13 @@ SELF_SITE: this package pip-installed with its entry point; RELEASE_TREE: an unp
 (apache-tvm-ffi, small packages). Preloads ``torch, sglang.srt.server_args`` as every server
 process has them, or, if the host cannot import ``server_args``, ``torch, sglang.srt.utils`` and
 says so. BUDGET_S: start no round after that many seconds (the table covers the rounds done).
+With ``COST_BASELINE=SITE`` in the environment, a ``baseline`` arm times the package installed
+there in the same rounds (benchmarks/plugin_startup.py's ``--baseline``, asserted the same way).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +30,8 @@ def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: st
         tmp = Path(name)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (Path(self_site),)}  # fmt: skip
+        if os.environ.get("COST_BASELINE"):
+            sites["baseline"] = (Path(os.environ["COST_BASELINE"]),)
         cases = trees(tmp, Path(release))
         samples = run(int(rounds), cases, sites, (Path(extra),), sys.executable, preload,
                       float(budget) if budget else None)  # fmt: skip
