@@ -1,17 +1,20 @@
-"""The plugin's entry point: its start modules read from one file, then ``plugin.register()``.
+"""The plugin's entry point: its start modules executed from one file, then ``plugin.register()``.
 
 SGLang imports this module in every process. Importing the plugin's start modules one file each
-spends ~0.07 ms per module finding and opening it (benchmarks/start_anatomy.py), about 0.8 ms in
-all: this loads them from one file instead, ``__pycache__/start.<cache tag>.bundle`` beside the
-``.pyc`` files Python writes, which holds the code objects Python compiled for them, each with its
-source's path, size and mtime. The bundle is a cache with the ``.pyc`` files' own trust and
-freshness rule: a module whose source differs, or one the bundle lacks, is imported as usual, and
-a bundle that cannot be used (absent, not a regular file, too big, another Python's, damaged) is
-ignored. A process that imported any start module as usual writes a new bundle after
-``register()`` (atomically, beside the ``.pyc`` files, never when Python writes no bytecode).
-The finder itself notes the names it could not serve, so nothing here lists ``sys.modules`` (a
-server process holds ~4,000 modules: such a walk cost 0.6-1.5 ms per process, docs/benchmarks.md).
-In warn mode nothing here can stop SGLang: any failure falls back to plain imports.
+spends ~0.07 ms per module finding, opening and checking it (benchmarks/start_anatomy.py), and a
+start imports ten to twelve: this runs them from one file instead,
+``__pycache__/start.<cache tag>.bundle`` beside the ``.pyc`` files Python writes, which holds the
+code objects Python compiled for them, each with its source's path, size and mtime. They are
+executed straight into new modules in dependency order (``MODULES``), with no finder: the import
+system's own steps per module are what this saves.
+
+The bundle is a cache with the ``.pyc`` files' trust and freshness rule. A module whose source
+differs from its entry, or that the bundle lacks, is imported as usual when the code asks for it;
+a bundle that cannot be used (absent, a link, not a regular file, too big, another Python's,
+damaged) is ignored; only the names in ``MODULES`` are ever executed from it. A process that
+imported any of them as usual writes a new bundle after ``register()`` (atomically, beside the
+``.pyc`` files, never when Python writes no bytecode). In warn mode nothing here can stop SGLang:
+any failure falls back to plain imports.
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ import stat
 import sys
 from importlib.machinery import ModuleSpec, SourceFileLoader
 from types import CodeType, ModuleType
-from typing import TYPE_CHECKING, cast
-
-if TYPE_CHECKING:
-    from importlib.abc import Loader
 
 PACKAGE = __name__.rpartition(".")[0]
-HEADER = b"sglang-dsv4-fix start bundle 1\n"
+DIRECTORY = os.path.dirname(os.path.abspath(__file__))
+HEADER = b"sglang-dsv4-fix start bundle 2\n"
 MAX_BYTES = 4 << 20  # ours is ~120 KB; a bigger file is not ours
+# What a start may import of this package, dependencies first (each module's imports at its top
+# name only modules before it: tests/test_start.py). The racy tree needs neither our record
+# (provenance) nor the cache check (jitroot, jitnames); a bundle that holds them runs them anyway.
+MODULES = tuple(
+    f"{PACKAGE}.{m}"
+    for m in ("value", "errors", "fsops", "tree", "manifest", "provenance", "state", "verdict",
+              "jitroot", "jitnames", "plugin")
+)  # fmt: skip
 # a module's source as compiled: (path, size, mtime in ns), then its marshalled code object
 Entry = tuple[str, int, int, bytes]
 
@@ -41,89 +49,95 @@ def register() -> None:
     if loaded is not None:  # registered before, or imported by other means
         loaded.register()
         return
-    finder, path = Bundle(_directory()), _bundle_path()
-    with contextlib.suppress(Exception):
-        finder.entries = _read(path)
-    sys.meta_path.insert(0, finder)  # register() imports most of the start modules lazily
-    try:
-        from sglang_dsv4_fix import plugin
-
-        plugin.register()
-    finally:
-        with contextlib.suppress(ValueError):  # taken out by someone else meanwhile
-            sys.meta_path.remove(finder)
+    entries: dict[str, Entry] = {}
+    served: list[str] = []
     with contextlib.suppress(Exception):  # a cache: never worth a failed start
-        finder.save(path)
+        entries = _read(_bundle_path())
+        _execute(entries, served)
+    from sglang_dsv4_fix import plugin
+
+    plugin.register()
+    with contextlib.suppress(Exception):
+        _save(_bundle_path(), entries, served)
 
 
-class Bundle:
-    """A finder and loader for this package's modules, from the bundle's code objects."""
+class Bundle(SourceFileLoader):
+    """The loader named on a module executed from the bundle; anything that asks it again (a
+    reload, ``inspect``) is served from the source, as for any module of this package."""
 
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self.entries: dict[str, Entry] = {}
-        self.missed: list[str] = []  # this package's modules it could not serve
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
-        if not name.startswith(PACKAGE + "."):
-            return None
-        entry = self.entries.get(name)
-        if entry is None or entry[0] != self._source(name) or _stat(entry[0]) != entry[1:3]:
-            self.missed.append(name)
-            return None
-        spec = ModuleSpec(name, cast("Loader", self), origin=entry[0])
-        spec.has_location = True  # __file__ is the source, as for a .pyc
-        return spec
-
-    def create_module(self, spec: ModuleSpec) -> None:
-        return None  # the default module object
-
-    def exec_module(self, module: ModuleType) -> None:
-        name = module.__name__
+def _execute(entries: dict[str, Entry], served: list[str]) -> None:
+    """Run the fresh entries of ``MODULES`` into new modules, in that order, noting each in
+    ``served``; stop at the first that fails (the rest are imported as usual when asked for)."""
+    package = sys.modules[PACKAGE]
+    for name in MODULES:
+        entry = entries.get(name)
+        if name in sys.modules or entry is None or not _fresh(name, entry):
+            continue
         try:
-            code = marshal.loads(self.entries[name][3])
-        except (ValueError, EOFError, TypeError):  # damaged: compiled from the source instead
-            code = SourceFileLoader(name, self.entries[name][0]).get_code(name)
-        exec(code, module.__dict__)
-
-    def _source(self, name: str) -> str:
-        return os.path.join(self.directory, name.rpartition(".")[2] + ".py")
-
-    def save(self, path: str | None) -> None:
-        """Write a bundle of the fresh entries and of the modules the finder missed that were then
-        imported as usual from this package's folder; nothing when there are none of the latter."""
-        if not self.missed or path is None or sys.dont_write_bytecode:
-            return
-        if not os.path.isdir(os.path.dirname(path)):
-            return
-        new = {n: e for n in sorted(set(self.missed)) if (e := self._compiled(n)) is not None}
-        if new:
-            fresh = {n: e for n, e in self.entries.items() if _stat(e[0]) == e[1:3]}
-            _write(path, _prefix() + marshal.dumps({**fresh, **new}))
-
-    def _compiled(self, name: str) -> Entry | None:
-        module = sys.modules.get(name)
-        spec = getattr(module, "__spec__", None)
-        source = self._source(name)
-        if name.rpartition(".")[0] != PACKAGE or spec is None or spec.origin != source:
-            return None
-        get_code = getattr(spec.loader, "get_code", None)
-        before = _stat(source)
-        code = get_code(name) if before is not None and get_code is not None else None
-        if not isinstance(code, CodeType) or _stat(source) != before or before is None:
-            return None  # not compiled from a file, or the source changed meanwhile
-        return (source, *before, marshal.dumps(code))
+            code = marshal.loads(entry[3])
+        except (ValueError, EOFError, TypeError):
+            code = None
+        if not isinstance(code, CodeType):  # damaged: imported as usual, then written anew
+            del entries[name]
+            continue
+        source = entry[0]
+        module = ModuleType(name)
+        module.__spec__ = spec = ModuleSpec(name, Bundle(name, source), origin=source)
+        spec.has_location = True  # __file__ is the source, as for a .pyc
+        module.__loader__, module.__file__, module.__package__ = spec.loader, source, PACKAGE
+        sys.modules[name] = module
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        setattr(package, name.rpartition(".")[2], module)
+        served.append(name)
 
 
-def _directory() -> str:
-    return os.path.dirname(os.path.abspath(__file__))
+def _save(path: str | None, entries: dict[str, Entry], served: list[str]) -> None:
+    """Write a bundle when a module of ``MODULES`` that it lacks (or holds stale) was imported as
+    usual: the fresh entries kept, the new ones compiled from their source, in ``MODULES`` order."""
+    if path is None or sys.dont_write_bytecode or not os.path.isdir(os.path.dirname(path)):
+        return
+    kept = {n: e for n, e in entries.items() if n in MODULES and _fresh(n, e)}
+    missed = [n for n in MODULES if n not in served and n not in kept and n in sys.modules]
+    new = {n: e for n in missed if (e := _compiled(n)) is not None}
+    if new:
+        merged = {**kept, **new}
+        _write(path, _prefix() + marshal.dumps({n: merged[n] for n in MODULES if n in merged}))
+
+
+def _fresh(name: str, entry: Entry) -> bool:
+    """Whether ``entry`` was compiled from this install's source of ``name`` as it is now."""
+    return entry[0] == _source(name) and _stat(entry[0]) == entry[1:3]
+
+
+def _compiled(name: str) -> Entry | None:
+    """The entry for ``name`` as it was imported from this package's folder, or None."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    source = _source(name)
+    if spec is None or spec.origin != source:
+        return None
+    get_code = getattr(spec.loader, "get_code", None)
+    before = _stat(source)
+    code = get_code(name) if before is not None and get_code is not None else None
+    if not isinstance(code, CodeType) or _stat(source) != before or before is None:
+        return None  # not compiled from a file, or the source changed meanwhile
+    return (source, *before, marshal.dumps(code))
+
+
+def _source(name: str) -> str:
+    return os.path.join(DIRECTORY, name.rpartition(".")[2] + ".py")
 
 
 def _bundle_path() -> str | None:
     tag = sys.implementation.cache_tag
     if tag is None or sys.pycache_prefix is not None:  # .pyc files live elsewhere, or nowhere
         return None
-    return os.path.join(_directory(), "__pycache__", f"start.{tag}.bundle")
+    return os.path.join(DIRECTORY, "__pycache__", f"start.{tag}.bundle")
 
 
 def _stat(path: str) -> tuple[int, int] | None:

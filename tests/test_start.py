@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from plugin_env import install_self, release_site, run_python
+from plugin_env import copy_site, install_self, release_site, run_python
 
 from sglang_dsv4_fix import start
+from sglang_dsv4_fix.main import main
 
 pytestmark = pytest.mark.slow
 
@@ -49,9 +50,11 @@ def bundle(site: Path) -> Path:
     return site / "sglang_dsv4_fix" / "__pycache__" / f"start.{TAG}.bundle"
 
 
-def serve(site: Path, **env: str) -> tuple[str, dict[str, str]]:
-    """One server process's start: its start line (pid left out) and our modules' loaders."""
-    done = run_python(SERVE, site, release_site("0.5.16"), env=env, timeout=120)
+def serve(site: Path, tree: Path | None = None, **env: str) -> tuple[str, dict[str, str]]:
+    """One server process's start on ``tree`` (0.5.16 as released by default): its start line
+    (pid left out) and our modules' loaders."""
+    tree = tree or release_site("0.5.16")
+    done = run_python(SERVE, site, tree, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     (line,) = LINE.findall(done.stderr)
     loaders = re.search(r"^LOADERS (.*)$", done.stdout, re.MULTILINE)
@@ -74,6 +77,27 @@ def test_a_second_start_reads_its_start_modules_from_the_bundle(own: Path) -> No
     assert bundled(loaders) == set(loaders) - {"sglang_dsv4_fix", "sglang_dsv4_fix.start"}
     assert "sglang_dsv4_fix.verdict" in bundled(loaders)
     assert bundle(own).read_bytes() == written  # nothing new to add: not written again
+
+
+def test_a_tree_that_needs_more_modules_adds_them_to_the_bundle(own: Path, tmp_path: Path) -> None:
+    """A racy tree's start needs no record and no cache check; a fixed tree's does. The modules
+    the bundle lacks are imported as usual and join it; a racy start then runs them too, and its
+    line does not change."""
+    serve(own)
+    racy = set(start._read(str(bundle(own))))
+    fixed = copy_site(release_site("0.5.16"), tmp_path / "fixed")
+    assert main(["apply", "--tree", str(fixed)]) == 0
+    cache = {"TVM_FFI_CACHE_DIR": str(tmp_path / "empty-cache")}  # no build: no build names
+    line, loaders = serve(own, fixed, **cache)
+    assert "variant=no-init" in line
+    extra = {"sglang_dsv4_fix.provenance", "sglang_dsv4_fix.jitroot"}
+    assert extra <= set(loaders) - bundled(loaders) and extra.isdisjoint(racy)
+    assert bundled(loaders) == racy, loaders
+    assert set(start._read(str(bundle(own)))) == racy | extra
+    _, loaders = serve(own, fixed, **cache)
+    assert bundled(loaders) == set(loaders) - {"sglang_dsv4_fix", "sglang_dsv4_fix.start"}
+    again, loaders = serve(own)
+    assert "variant=racy-init" in again and bundled(loaders) == racy | extra
 
 
 def test_an_edited_module_comes_from_its_source_and_joins_the_bundle(own: Path) -> None:
@@ -152,16 +176,63 @@ def test_a_bundle_behind_a_link_is_neither_read_nor_written_through(
     assert not bundle(own).is_symlink()  # replaced by a bundle of its own
 
 
-def test_damaged_code_in_a_sound_bundle_is_compiled_from_the_source(own: Path) -> None:
+def write_bundle(site: Path, entries: dict[str, start.Entry]) -> None:
     import importlib.util
     import marshal
 
+    bundle(site).write_bytes(start.HEADER + importlib.util.MAGIC_NUMBER + marshal.dumps(entries))
+
+
+def test_damaged_code_in_a_sound_bundle_is_imported_as_usual_and_rewritten(own: Path) -> None:
     line, _ = serve(own)
     entries = start._read(str(bundle(own)))
-    entries = {n: (*e[:3], b"\xff" * 40) for n, e in entries.items()}
-    bundle(own).write_bytes(start.HEADER + importlib.util.MAGIC_NUMBER + marshal.dumps(entries))
+    write_bundle(own, {n: (*e[:3], b"\xff" * 40) for n, e in entries.items()})
     again, loaders = serve(own)
-    assert again == line and "sglang_dsv4_fix.verdict" in bundled(loaders)
+    assert again == line and bundled(loaders) == set(), loaders
+    assert start._read(str(bundle(own))) == entries  # compiled again from the same sources
+    _, loaders = serve(own)
+    assert "sglang_dsv4_fix.verdict" in bundled(loaders)
+
+
+def test_only_this_installs_start_modules_are_ever_run_from_a_bundle(
+    own: Path, tmp_path: Path
+) -> None:
+    """A bundle naming another module of ours, or code compiled from a file elsewhere whose size
+    and mtime it states truly, runs none of it."""
+    line, _ = serve(own)
+    entries = start._read(str(bundle(own)))
+    planted = tmp_path / "planted.py"
+    planted.write_text("print('PLANTED')\n")
+    st = planted.stat()
+    code = __import__("marshal").dumps(compile(planted.read_text(), str(planted), "exec"))
+    forged = {**entries, "sglang_dsv4_fix.heal": (str(planted), st.st_size, st.st_mtime_ns, code)}
+    forged["sglang_dsv4_fix.verdict"] = (str(planted), st.st_size, st.st_mtime_ns, code)
+    write_bundle(own, forged)
+    done = run_python(SERVE, own, release_site("0.5.16"), timeout=120)
+    assert done.returncode == 0 and "PLANTED" not in done.stdout + done.stderr, done.stderr
+    again, loaders = serve(own)
+    assert again == line and "sglang_dsv4_fix.plugin" in bundled(loaders)
+
+
+def test_the_modules_run_in_an_order_that_needs_no_plain_import() -> None:
+    """Each module's imports of ours at its top (not those inside functions) name only modules
+    before it in ``start.MODULES``; and ``MODULES`` is what a start on a fixed tree with its build
+    cached imports (tests/test_plugin.py), less the package and this entry module."""
+    from test_plugin import FIXED, START_PATH
+
+    seen = {"sglang_dsv4_fix"}
+    for name in start.MODULES:
+        tree = ast.parse(Path(start.DIRECTORY, name.rpartition(".")[2] + ".py").read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "sglang_dsv4_fix"
+            ):
+                wanted = {node.module} if node.module != "sglang_dsv4_fix" else {
+                    f"sglang_dsv4_fix.{a.name}" for a in node.names}  # fmt: skip
+                assert wanted <= seen, (name, wanted - seen)
+        seen.add(name)
+    start_path = {f"sglang_dsv4_fix{m}" for m in START_PATH | FIXED | {".jitnames"}}
+    assert set(start.MODULES) == start_path - {"sglang_dsv4_fix", "sglang_dsv4_fix.start"}
 
 
 def test_no_bundle_where_python_writes_no_bytecode(own: Path) -> None:
