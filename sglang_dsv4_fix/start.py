@@ -31,14 +31,14 @@ PACKAGE = __name__.rpartition(".")[0]
 DIRECTORY = os.path.dirname(os.path.abspath(__file__))
 HEADER = b"sglang-dsv4-fix start bundle 2\n"
 MAX_BYTES = 4 << 20  # ours is ~120 KB; a bigger file is not ours
-# What a start may import of this package, dependencies first (each module's imports at its top
-# name only modules before it: tests/test_start.py). The racy tree needs neither our record
-# (provenance) nor the cache check (jitroot, jitnames); a bundle that holds them runs them anyway.
-MODULES = tuple(
-    f"{PACKAGE}.{m}"
-    for m in ("value", "errors", "fsops", "tree", "manifest", "provenance", "state", "verdict",
-              "jitroot", "jitnames", "plugin")
-)  # fmt: skip
+# What every start imports of this package, dependencies first (each module's imports at its top
+# name only modules before it: tests/test_start.py); then what only a fixed tree's start imports,
+# from inside functions as ``from sglang_dsv4_fix import <name>``: our record (provenance) and the
+# cache check (jitroot, jitnames). Those are run from the bundle only when asked for.
+EAGER = tuple(f"{PACKAGE}.{m}" for m in
+              ("value", "errors", "fsops", "tree", "manifest", "state", "verdict", "plugin"))  # fmt: skip
+LAZY = tuple(f"{PACKAGE}.{m}" for m in ("provenance", "jitroot", "jitnames"))
+MODULES = EAGER + LAZY
 # a module's source as compiled: (path, size, mtime in ns), then its marshalled code object
 Entry = tuple[str, int, int, bytes]
 
@@ -51,12 +51,24 @@ def register() -> None:
         return
     entries: dict[str, Entry] = {}
     served: list[str] = []
+    package = sys.modules[PACKAGE]
+    lazy = None
     with contextlib.suppress(Exception):  # a cache: never worth a failed start
         entries = _read(_bundle_path())
-        _execute(entries, served)
-    from sglang_dsv4_fix import plugin
+        _execute(entries, served, EAGER)
+        if "__getattr__" not in vars(package):
 
-    plugin.register()
+            def lazy(name: str) -> ModuleType:
+                return _lazy(entries, served, name)
+
+            vars(package)["__getattr__"] = lazy
+    try:
+        from sglang_dsv4_fix import plugin
+
+        plugin.register()
+    finally:
+        if lazy is not None and vars(package).get("__getattr__") is lazy:
+            del vars(package)["__getattr__"]
     with contextlib.suppress(Exception):
         _save(_bundle_path(), entries, served)
 
@@ -66,11 +78,25 @@ class Bundle(SourceFileLoader):
     reload, ``inspect``) is served from the source, as for any module of this package."""
 
 
-def _execute(entries: dict[str, Entry], served: list[str]) -> None:
-    """Run the fresh entries of ``MODULES`` into new modules, in that order, noting each in
+def _lazy(entries: dict[str, Entry], served: list[str], name: str) -> ModuleType:
+    """The package's ``__getattr__`` while ``register()`` runs: ``from sglang_dsv4_fix import
+    <name>`` asks it before it imports, so a module of ``LAZY`` is run from the bundle here. For
+    anything else, or an entry that cannot serve, AttributeError: the import goes on as usual."""
+    full = f"{PACKAGE}.{name}"
+    if full in LAZY:
+        with contextlib.suppress(Exception):
+            _execute(entries, served, (full,))
+    module = sys.modules.get(full)
+    if full not in served or module is None:
+        raise AttributeError(f"module {PACKAGE!r} has no attribute {name!r}")
+    return module
+
+
+def _execute(entries: dict[str, Entry], served: list[str], names: tuple[str, ...]) -> None:
+    """Run the fresh entries of ``names`` into new modules, in that order, noting each in
     ``served``; stop at the first that fails (the rest are imported as usual when asked for)."""
     package = sys.modules[PACKAGE]
-    for name in MODULES:
+    for name in names:
         entry = entries.get(name)
         if name in sys.modules or entry is None or not _fresh(name, entry):
             continue
