@@ -70,15 +70,12 @@ utils.configure_logger(types.SimpleNamespace(log_level="error"), prefix=" TP0")
 t2, c2 = time.perf_counter(), time.thread_time()
 names = [ep.name for ep in entry_points(group="sglang.srt.plugins")]
 loaded = "sglang_dsv4_fix.plugin" in sys.modules
-ours = [m for n, m in sys.modules.items() if n.split(".")[0] == "sglang_dsv4_fix"]
-bundled = sum(type(getattr(m, "__loader__", None)).__name__ == "Bundle" for m in ours)
 print("MS", (t2 - t0) * 1e3, (c2 - c0) * 1e3, int(loaded), ",".join(names) or "-",
-      sum(own) * 1e3, (t2 - t1) * 1e3, bundled, len(ours))
+      sum(own) * 1e3, (t2 - t1) * 1e3)
 """
 # A sample: the window's wall-clock and CPU ms, then within it (wall-clock ms) the plugins' own
-# part of load_plugins() (ep.load() + the call: 0 with none) and configure_logger() (the start
-# line); then how many of our modules the start bundle served, of how many loaded.
-Sample = tuple[float, float, float, float, int, int]
+# part of load_plugins() (ep.load() + the call: 0 with none) and configure_logger() (the start line).
+Sample = tuple[float, float, float, float]
 
 
 def measure(
@@ -98,14 +95,14 @@ def measure(
     line = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
     if done.returncode != 0 or line is None:
         raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
-    wall, cpu, loaded, listed, own, logger, bundled, ours = line.split()[1:]
+    wall, cpu, loaded, listed, own, logger = line.split()[1:]
     names = listed.split(",")
     if arm in OURS:
         assert loaded == "1" and "sglang_dsv4_fix" in names, line
     else:  # the baselines must really run without this plugin
         assert loaded == "0" and "sglang_dsv4_fix" not in names, line
         assert (EMPTY in names) == (arm == "empty"), line
-    return float(wall), float(cpu), float(own), float(logger), int(bundled), int(ours)
+    return float(wall), float(cpu), float(own), float(logger)
 
 
 def _run(
@@ -193,9 +190,6 @@ def run(
     at a time. With ``budget`` (seconds), no round starts once it is spent: a run under a time
     limit ends with the rounds it finished rather than with nothing."""
     samples: dict[tuple[str, str], list[Sample]] = {}
-    for site, cache in cases.values():  # untimed: what a first start writes once per
-        for arm in sites:  # install (.pyc files, the plugin's start bundle) is not in the figures
-            measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload)
     start = time.monotonic()
     for i in range(rounds):
         if i and budget is not None and time.monotonic() - start > budget:
@@ -268,20 +262,9 @@ def table(samples: dict[tuple[str, str], list[Sample]], cases: dict[str, Any]) -
             log = statistics.median(x[3] for x in samples[(tree, arm)])
             print(f"{tree:30} {arm:>8} {own:7.2f} {log:7.2f} {own + log - log_n:18.2f}")
     print(
-        "Our modules in each probe, served by the start bundle / loaded (min-max over the rounds)"
-    )
-    for tree in cases:
-        print(f"{tree:30} " + "  ".join(f"{a}: {_span(samples[(tree, a)], 4)} / "
-                                        f"{_span(samples[(tree, a)], 5)}" for a in ours))  # fmt: skip
-    print(
         f"target: <= {TARGET_MS} ms added (wall-clock): {'met' if worst <= TARGET_MS else 'NOT met'}"
     )
     return 0 if worst <= TARGET_MS else 1
-
-
-def _span(rows: list[Sample], i: int) -> str:
-    low, high = min(r[i] for r in rows), max(r[i] for r in rows)
-    return f"{low}" if low == high else f"{low}-{high}"
 
 
 if __name__ == "__main__":

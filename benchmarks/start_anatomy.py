@@ -13,9 +13,7 @@ one at a time, dependencies first, timing each step:
 then ``register()``, every module loaded (``work``: the tree found, read and judged, the hooks set).
 ``gc`` is the time spent in the garbage collector inside those steps (``gc.callbacks``), already
 counted in them. Asserts per probe that the modules are exactly those the real import loaded, each
-from the install under test, and that ``register()`` imported nothing more. This is the start as
-it imports the modules one file each (a first start, or one without the start bundle that the
-entry point, ``sglang_dsv4_fix.start``, runs them from afterwards).
+from the install under test, and that ``register()`` imported nothing more.
 """
 
 from __future__ import annotations

@@ -3,14 +3,12 @@
 Usage: python benchmarks/start_imports.py --baseline REF [--rounds 9]
 Run from a temporary folder, like benchmarks/plugin_startup.py, whose trees, installs and cached
 interpreter it reuses. Each probe is a fresh interpreter under ``python -X importtime`` that
-imports torch and ``sglang.srt.server_args``, then ``import sglang_dsv4_fix.plugin`` and its
-``register()``: the start as it imports the modules one file each (a first start, or one without
-the start bundle, which ``sglang_dsv4_fix.start`` runs instead and ``-X importtime`` cannot see).
-The figure is the sum of the self-times Python reports for this package's modules. It counts the
-timer's own overhead, so it is not the start cost (plugin_startup.py measures that); it is the
-part of it that the number and size of the modules decide, which varies far less between
-processes than the whole window does here. (Before 2026-12-07 the probe ran ``load_plugins()``,
-and the package and the entry module were not counted.)
+imports torch and ``sglang.srt.server_args``, then runs SGLang's real ``load_plugins()``; the
+figure is the sum of the self-times Python reports for this package's modules. It leaves out the
+package and ``sglang_dsv4_fix.plugin`` (SGLang imports those through ``importlib.import_module``,
+which ``-X importtime`` does not time) and counts the timer's own overhead, so it is not the start
+cost (plugin_startup.py measures that); it is the part of it that the number and size of the
+modules decide, which varies far less between processes than the whole window does here.
 Two arms, alternating in each round: ``plugin`` (this checkout) and ``baseline`` (this package as
 committed at REF); each probe asserts that every module it counts came from its own install.
 """
@@ -35,8 +33,8 @@ ARMS = ("plugin", "baseline")
 PROBE = f"""
 import {SERVER}
 import sys
-import sglang_dsv4_fix.plugin
-sglang_dsv4_fix.plugin.register()
+from sglang.srt.plugins import load_plugins
+load_plugins()
 print("FROM", sorted({{m.__file__.rsplit("/sglang_dsv4_fix/", 1)[0] for n, m in sys.modules.items()
                       if n.startswith("sglang_dsv4_fix")}}))
 """

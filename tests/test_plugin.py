@@ -136,7 +136,7 @@ def test_no_module_walk_at_start(self_site: Path) -> None:
 # parser, the cache inventory or anything that writes; the build names (jitnames) only for a cache
 # that holds a planner entry, and the loaders' source hash (jitsource) only for a build no
 # sidecar of ours speaks for.
-START_PATH = {"", ".errors", ".fsops", ".manifest", ".plugin", ".start", ".state", ".tree", ".value",
+START_PATH = {"", ".errors", ".fsops", ".manifest", ".plugin", ".state", ".tree", ".value",
               ".verdict"}  # fmt: skip
 FIXED = {".provenance", ".jitroot"}  # our record beside the kernel; where the cache is
 EXTRA = {
@@ -493,11 +493,10 @@ def test_the_benchmarks_none_arm_really_runs_without_the_plugin(
 
     site, server = release_site("0.5.16"), server_site()
     empty = empty_plugin(tmp_path / "empty")
-    none = measure("none", tmp_path, site, server)  # (wall, CPU, plugins' own, logger) ms, ...
-    assert min(none[:2]) > 0 and none[2] == 0 and none[3] > 0 and none[4:] == (0, 0), none
-    assert min(measure("empty", tmp_path, empty, site, server)[:4]) > 0
-    ours = measure("plugin", tmp_path, self_site, site, server)  # ..., bundled, of ours loaded
-    assert min(ours[:4]) > 0 and ours[5] >= 10 and 0 <= ours[4] <= ours[5] - 2, ours
+    none = measure("none", tmp_path, site, server)  # (wall, CPU, plugins' own, logger) ms
+    assert min(none[:2]) > 0 and none[2] == 0 and none[3] > 0, none
+    assert min(measure("empty", tmp_path, empty, site, server)) > 0
+    assert min(measure("plugin", tmp_path, self_site, site, server)) > 0
     with pytest.raises(AssertionError):
         measure("none", tmp_path, self_site, site, server)
     with pytest.raises(AssertionError):  # the empty plugin's arm without the empty plugin
@@ -544,8 +543,7 @@ def test_the_anatomy_benchmark_loads_exactly_the_start_modules(
 
     site = release_site("0.5.16")
     names = start_modules(self_site, site, cache=tmp_path)
-    # the anatomy imports sglang_dsv4_fix.plugin itself: the start as imported one file each
-    assert set(names) == {f"sglang_dsv4_fix{m}" for m in START_PATH - {".start"}}, names
+    assert set(names) == {f"sglang_dsv4_fix{m}" for m in START_PATH}, names
     assert names.index("sglang_dsv4_fix.value") < names.index("sglang_dsv4_fix.plugin")
     rows, work, _ = probe(self_site, site, cache=tmp_path, names=names)
     assert [r[0] for r in rows] == names and all(r[1] > 0 for r in rows) and work > 0, rows
