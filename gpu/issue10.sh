@@ -4,9 +4,9 @@
 # (`pytest -m gpu`), then the plugin's start cost on this host's CPUs (gpu/plugin_cost.py, 0.5.16,
 # three arms, three trees).
 #
-#   bash gpu/issue10.sh prep     # here (CPU, with internet): lay out .gpu/p17 (ignored, carried),
-#                                # with the package as committed at $BASELINE (default HEAD) for
-#                                # cost's baseline arm
+#   bash gpu/issue10.sh prep     # here (CPU, with internet): lay out .gpu/p17 (ignored, carried);
+#                                # with BASELINE=<git ref>, also the package as committed there,
+#                                # which cost then times as a baseline arm in the same rounds
 #   bash gpu/issue10.sh run      # on the H200, carrying .gpu/p17: all of it (one call, when the
 #                                # cost run's budget leaves room); results under $OUT
 #   bash gpu/issue10.sh check    # the planner checks and the GPU tests alone (~4 min)
@@ -38,7 +38,9 @@ PY
              --platform manylinux2014_x86_64)
   "${pip[@]}" -d "$P" apache-tvm-ffi==0.1.11 || return 9
   "${pip[@]}" -d "$P/small" "${SMALL[@]}" || return 9
-  git archive --format=tar "${BASELINE:-HEAD}" > "$P/baseline.tar" || return 9  # cost's baseline arm
+  if [ -n "${BASELINE:-}" ]; then  # cost's baseline arm: the package as committed at that ref
+    git archive --format=tar "$BASELINE" > "$P/baseline.tar" || return 9
+  fi
   du -sh "$P"
 }
 
@@ -86,8 +88,8 @@ floor() {
      --host /tmp/self /tmp/sp16 /tmp/site --rounds "${ROUNDS:-6}") 2>&1 | tee "$OUT/start_floor.txt"
 }
 
-# The package as committed at prep's BASELINE (default: HEAD), installed beside /tmp/self; prints
-# its folder, or nothing when prep laid out no baseline.
+# The package as committed at prep's BASELINE, installed beside /tmp/self; prints its folder, or
+# nothing when prep laid out no baseline.
 baseline() {
   [ -f "$P/baseline.tar" ] || return 0
   if [ ! -d /tmp/baseline/sglang_dsv4_fix ]; then
