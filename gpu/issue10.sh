@@ -88,14 +88,13 @@ floor() {
      --host /tmp/self /tmp/sp16 /tmp/site --rounds "${ROUNDS:-6}") 2>&1 | tee "$OUT/start_floor.txt"
 }
 
-# The package as committed at prep's BASELINE, installed beside /tmp/self; prints its folder, or
-# nothing when prep laid out no baseline.
+# The package as committed at prep's BASELINE, installed afresh beside /tmp/self (a warm machine
+# may hold another ref's); prints its folder, or nothing when prep laid out no baseline.
 baseline() {
   [ -f "$P/baseline.tar" ] || return 0
-  if [ ! -d /tmp/baseline/sglang_dsv4_fix ]; then
-    rm -rf /tmp/baseline-src && mkdir -p /tmp/baseline-src && tar -x -C /tmp/baseline-src -f "$P/baseline.tar" || return 9
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/baseline /tmp/baseline-src >&2 || return 9
-  fi
+  rm -rf /tmp/baseline /tmp/baseline-src && mkdir -p /tmp/baseline-src || return 9
+  tar -x -C /tmp/baseline-src -f "$P/baseline.tar" || return 9
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/baseline /tmp/baseline-src >&2 || return 9
   echo /tmp/baseline
 }
 
