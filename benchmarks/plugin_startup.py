@@ -70,12 +70,14 @@ utils.configure_logger(types.SimpleNamespace(log_level="error"), prefix=" TP0")
 t2, c2 = time.perf_counter(), time.thread_time()
 names = [ep.name for ep in entry_points(group="sglang.srt.plugins")]
 loaded = "sglang_dsv4_fix.plugin" in sys.modules
+mods = sum(n == "sglang_dsv4_fix" or n.startswith("sglang_dsv4_fix.") for n in sys.modules)
 print("MS", (t2 - t0) * 1e3, (c2 - c0) * 1e3, int(loaded), ",".join(names) or "-",
-      sum(own) * 1e3, (t2 - t1) * 1e3)
+      sum(own) * 1e3, (t2 - t1) * 1e3, mods)
 """
 # A sample: the window's wall-clock and CPU ms, then within it (wall-clock ms) the plugins' own
-# part of load_plugins() (ep.load() + the call: 0 with none) and configure_logger() (the start line).
-Sample = tuple[float, float, float, float]
+# part of load_plugins() (ep.load() + the call: 0 with none) and configure_logger() (the start
+# line); last, how many of our modules (the package and those under it) the process had imported.
+Sample = tuple[float, float, float, float, int]
 
 
 def measure(
@@ -95,14 +97,14 @@ def measure(
     line = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
     if done.returncode != 0 or line is None:
         raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
-    wall, cpu, loaded, listed, own, logger = line.split()[1:]
+    wall, cpu, loaded, listed, own, logger, mods = line.split()[1:]
     names = listed.split(",")
     if arm in OURS:
         assert loaded == "1" and "sglang_dsv4_fix" in names, line
     else:  # the baselines must really run without this plugin
-        assert loaded == "0" and "sglang_dsv4_fix" not in names, line
+        assert loaded == "0" and mods == "0" and "sglang_dsv4_fix" not in names, line
         assert (EMPTY in names) == (arm == "empty"), line
-    return float(wall), float(cpu), float(own), float(logger)
+    return float(wall), float(cpu), float(own), float(logger), int(mods)
 
 
 def _run(
@@ -254,13 +256,16 @@ def table(samples: dict[tuple[str, str], list[Sample]], cases: dict[str, Any]) -
                              f"{med[a] - med['empty']:10.2f}" for a in ours))  # fmt: skip
     print(f"Inside that window, wall-clock, median of {rounds} (ms): each plugin's own part of "
           "load_plugins() (ep.load() + register()), and configure_logger()")  # fmt: skip
-    print(f"{'tree':30} {'arm':>8} {'own':>7} {'logger':>7} {'own + logger added':>18}")
+    print(f"{'tree':30} {'arm':>8} {'own':>7} {'logger':>7} {'own + logger added':>18} "
+          f"{'modules':>8}")  # fmt: skip
     for tree in cases:
         log_n = statistics.median(x[3] for x in samples[(tree, "none")])
         for arm in ("empty", *ours):
             own = statistics.median(x[2] for x in samples[(tree, arm)])
             log = statistics.median(x[3] for x in samples[(tree, arm)])
-            print(f"{tree:30} {arm:>8} {own:7.2f} {log:7.2f} {own + log - log_n:18.2f}")
+            mods = sorted({x[4] for x in samples[(tree, arm)]})
+            span = f"{mods[0]}" if len(mods) == 1 else f"{mods[0]}-{mods[-1]}"
+            print(f"{tree:30} {arm:>8} {own:7.2f} {log:7.2f} {own + log - log_n:18.2f} {span:>8}")
     print(
         f"target: <= {TARGET_MS} ms added (wall-clock): {'met' if worst <= TARGET_MS else 'NOT met'}"
     )
