@@ -134,7 +134,7 @@ def register() -> None:
     if mode == "off":
         return
     try:
-        status = inspect_tree(_sglang_package())
+        status = _memoized(_sglang_package()) if mode != "heal" else inspect_tree(_sglang_package())
         if mode == "heal":
             from sglang_dsv4_fix import heal
 
@@ -148,6 +148,21 @@ def register() -> None:
     if mode in ENFORCING and status.problem:
         _refuse(_process)
     _guard("hooks", _install_hooks)
+
+
+def _memoized(package_dir: Path) -> Status:
+    """PROTOTYPE (issue 10, measurement only): the status from memo.py's entry when its inputs
+    are unchanged, else judged as usual and stored."""
+    from sglang_dsv4_fix import memo
+
+    root = os.path.expanduser(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi"))
+    fields = memo.lookup(str(package_dir), root)
+    if fields is not None:
+        return Status(**fields)
+    status = inspect_tree(package_dir)
+    with contextlib.suppress(Exception):
+        memo.store(str(package_dir), root, status._asdict())
+    return status
 
 
 def _mode() -> str:
