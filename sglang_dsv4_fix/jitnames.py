@@ -155,10 +155,10 @@ def not_current(
     own: dict[Scheme, str] = {}
     out = []
     for entry in entries:
+        if noted_current(entry, sha256):
+            continue
         scheme, parts = parse_name(entry.name)  # type: ignore[misc]
         if scheme in CONTENT_SCHEMES and not entry.is_symlink():
-            if noted_sha256(entry.path, f"{MODULE}_{parts['src']}.so") == sha256:
-                continue
             if scheme not in own:
                 from sglang_dsv4_fix.jitsource import source_hash
 
@@ -167,6 +167,15 @@ def not_current(
                 continue
         out.append(entry)
     return out
+
+
+def noted_current(entry: os.DirEntry[str], sha256: str) -> bool:
+    """Our note in the build folder ``entry`` names the kernel ``sha256`` and the folder's own
+    ``.so`` (a content scheme's folder, not a link): the first proof of :func:`not_current`."""
+    parsed = parse_name(entry.name)
+    if parsed is None or parsed[0] not in CONTENT_SCHEMES or entry.is_symlink():
+        return False
+    return noted_sha256(entry.path, f"{MODULE}_{parsed[1]['src']}.so") == sha256
 
 
 def noted_sha256(build: str, so_name: str) -> str | None:
