@@ -108,6 +108,20 @@ def find_tree(path: str | Path | None = None) -> Tree:
     return Tree(root or package, kind, package, kernel, layout, release, source, git_root)
 
 
+def inputs(tree: Tree) -> list[Path] | None:
+    """Every path :func:`find_tree` read or looked for to find ``tree`` (memo.py keeps a start
+    status on them); None when it also asked git for a release tag (not a list of paths)."""
+    if tree.release_source == "git tag":
+        return None
+    package = tree.package_dir
+    looked = [package.parent, package.parent.parent / ".git", package / "_version.py"]
+    for candidate in _candidates(tree.root):
+        looked += [candidate, candidate / "__init__.py"]
+        looked += [candidate / root for root in KERNEL_ROOTS.values()]
+    looked += [package / root / KERNEL_IN_ROOT for root in KERNEL_ROOTS.values()]
+    return looked + [info / "METADATA" for info in _dist_infos(package.parent)]
+
+
 def _importable_package() -> Path:
     import importlib.util
 

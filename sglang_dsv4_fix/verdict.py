@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sglang_dsv4_fix.errors import Exit
@@ -172,6 +173,44 @@ def stale_builds(tree: Tree, opts: Options, current: KernelState) -> list[str] |
         return [b.name for b in jitcache.racy_builds(tree, opts.cache_dir, current.variant)]
     except Exception:  # no loader to model, an unreadable cache: the kernel verdict stands alone
         return None
+
+
+def inputs(tree: Tree, opts: Options, current: KernelState | None) -> list[Path] | None:
+    """Every path the verdict :func:`assess` gave on ``tree`` rests on (memo.py keeps the plugin's
+    start status on them), the kernel's first; None when it rests on more than paths show: a
+    release tag from git, or a cache entry told by a source hash or an inventory, not by a note."""
+    from sglang_dsv4_fix.tree import inputs as tree_inputs
+    from sglang_dsv4_fix.tree import record_path
+
+    found = tree_inputs(tree)
+    if found is None or current is None:
+        return found
+    from sglang_dsv4_fix import manifest
+
+    kernel = current.kernel
+    found = [kernel, record_path(kernel), manifest.data_dir() / manifest.MANIFEST, *found]
+    if not (opts.check_cache and current.safe):
+        return found
+    cache = _cache_inputs(tree, opts, current)
+    return None if cache is None else found + cache
+
+
+def _cache_inputs(tree: Tree, opts: Options, current: KernelState) -> list[Path] | None:
+    """What :func:`stale_builds` read: the cache folder (its names), and for each planner build
+    the folder and our note in it, when every note proves the build current."""
+    from sglang_dsv4_fix import jitroot
+
+    root = jitroot.cache_root(opts.cache_dir)
+    if not jitroot.has_planner_entry(root):
+        return [root]
+    from sglang_dsv4_fix import jitnames
+
+    found = [root, *(tree.package_dir / f for f in jitnames.LOADER_FILES)]
+    for entry in jitnames.planner_entries(root):
+        if not jitnames.noted_current(entry, current.sha256):
+            return None
+        found += [Path(entry.path), Path(entry.path) / jitnames.SIDECAR]
+    return found
 
 
 def judge(
