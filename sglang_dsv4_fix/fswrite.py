@@ -102,17 +102,21 @@ class Folder:
     def names(self) -> list[str]:
         return os.listdir(self.fd)
 
-    def write(self, name: str, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
-        """Atomically replace ``name`` with ``data`` (temp file, fsync, rename, folder fsync)."""
+    def write(
+        self, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool = True
+    ) -> None:
+        """Atomically replace ``name`` with ``data`` (temp file, fsync, rename, folder fsync);
+        not ``durable``: no fsync (a cache entry that a crash may lose, never half-written)."""
         tmp = self._create_temp(name)
         try:
-            self._fill(tmp, data, mode, owner)
+            self._fill(tmp, data, mode, owner, durable)
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=self.fd)
             raise
-        self.fsync()
+        if durable:
+            self.fsync()
 
     def _create_temp(self, name: str) -> str:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -124,7 +128,9 @@ class Folder:
             except FileExistsError:  # 64 random bits taken: pick again
                 continue
 
-    def _fill(self, tmp: str, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
+    def _fill(
+        self, tmp: str, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool
+    ) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
         try:
             view = memoryview(data)
@@ -133,7 +139,8 @@ class Folder:
             if owner is not None and os.geteuid() == 0:
                 os.fchown(fd, *owner)  # root keeps a user's kernel the user's
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
