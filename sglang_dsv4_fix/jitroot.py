@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 MODULE = "sgl_kernel_jit_dpsk_v4_compress_plan"  # the start of every release's planner build name
+ENV = ("TVM_FFI_CACHE_DIR", "HOME")  # all that cache_root reads of the environment (memo.py)
 
 
 def cache_root(cache_dir: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path:

@@ -1,9 +1,20 @@
-"""PROTOTYPE, for measurement only (issue 10, part 2): a memo of a tree's start status.
+"""The plugin's start status of a tree, kept for the next SGLang process on this host.
 
-A process that finds an entry whose inputs are unchanged (the kernel's bytes by sha256; the other
-files and folders the judgement reads by ``lstat``) takes its status from the entry and imports no
-judging module. Not complete: git tags, the kernel's include files and environment variables
-other than ``TVM_FFI_CACHE_DIR`` are not in the key. The entries sit in a fixed folder under /tmp.
+Judging a tree imports the domain's modules, nine to twelve of them: most of what the plugin adds
+to every process's start (docs/plugin.md, "Cost"). A process that finds the entry an earlier one
+left, with nothing it rests on changed, takes that status and imports none of them:
+- the kernel's bytes are read and hashed again at every start, and must have the entry's sha256;
+- every other path the verdict rests on (``verdict.inputs``: found by reading, listing or looking
+  for it), and this package's own modules that judged it, must have the same inode, size, mtime
+  and ctime, both of the path and of what it points to (Python trusts a ``.pyc`` on its source's
+  mtime and size alone); a path that was missing must still be missing;
+- the environment that names the JIT cache (``jitroot.ENV``) is part of the entry's name.
+An entry is written only when none of those paths changed in the second before (a change within
+one tick of the file system's clock could leave its times as they were: git's "racy clean" rule),
+and never for heal mode or for a verdict resting on more than paths (a git tag, a source hash).
+Entries live in ``$XDG_CACHE_HOME/sglang-dsv4-fix/start`` (else ``~/.cache``), a folder that must
+be this user's and writable by no one else; anything else, any doubt or any error, and the process
+judges its tree as before. ``SGLANG_DSV4_FIX_MEMO=off`` turns it off.
 """
 
 from __future__ import annotations
@@ -11,77 +22,126 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
+from sglang_dsv4_fix.jitroot import ENV
 
-DIR = "/tmp/sglang-dsv4-fix-memo-prototype"
-LIMIT = 64 * 1024
+SWITCH_ENV = "SGLANG_DSV4_FIX_MEMO"
+FORMAT = 1
+LIMIT = 256 * 1024  # an entry is a few KB
+QUIET_NS = 1_000_000_000  # inputs unchanged this long before an entry is written
+
+Fingerprint = list[list[int] | None]  # [lstat, stat] of a path, each None where it is missing
 
 
-def _entry(package_dir: str, cache_root: str) -> str:
-    key = hashlib.sha256(f"{package_dir}\0{cache_root}".encode()).hexdigest()[:24]
-    return os.path.join(DIR, f"{key}.json")
+def enabled() -> bool:
+    return os.environ.get(SWITCH_ENV, "").strip().lower() != "off"
 
 
-def _fingerprint(path: str) -> list[int] | None:
+def lookup(package_dir: str) -> dict[str, Any] | None:
+    """The stored status of the tree at ``package_dir``, if nothing it rests on has changed."""
     try:
-        st = os.lstat(path)
+        fd = _open_folder()
+        if fd is None:
+            return None
+        try:
+            data = read_regular(_name(package_dir), LIMIT, "memo", follow=False, dir_fd=fd)
+        finally:
+            os.close(fd)
+        entry = json.loads(data)
+        return entry["status"] if _still(entry, package_dir) else None
+    except Exception:  # no entry, a damaged one: judge as before
+        return None
+
+
+def store(package_dir: str, status: dict[str, Any], inputs: list[Path]) -> None:
+    """Keep ``status`` for the next process, keyed on ``inputs`` and this package's loaded
+    modules; nothing when one of them changed in the last second."""
+    if not enabled():
+        return
+    paths = [str(p) for p in (*inputs, *_own_files())]
+    prints = [_fingerprint(p) for p in paths]
+    if not _quiet(prints):
+        return
+    from sglang_dsv4_fix.fswrite import Folder
+
+    folder = _folder()
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd = _open_folder()
+    if fd is None:
+        return
+    entry = {"format": FORMAT, "package_dir": package_dir,
+             "inputs": list(zip(paths, prints, strict=True)), "status": status}  # fmt: skip
+    try:
+        data = json.dumps(entry).encode()
+        Folder(fd, Path(folder)).write(_name(package_dir), data, 0o600, None, durable=False)
+    finally:
+        os.close(fd)
+
+
+def _still(entry: dict[str, Any], package_dir: str) -> bool:
+    if entry.get("format") != FORMAT or entry.get("package_dir") != package_dir:
+        return False
+    if any(_fingerprint(path) != printed for path, printed in entry["inputs"]):
+        return False
+    status = entry["status"]
+    if status["kernel"] is None:  # no planner in this tree: its paths said all
+        return True
+    data = read_regular(status["kernel"], KERNEL_LIMIT, "kernel")
+    return bool(sha256_bytes(data) == status["sha256"])
+
+
+def _fingerprint(path: str) -> Fingerprint:
+    return [_stat(path, False), _stat(path, True)]
+
+
+def _stat(path: str, follow: bool) -> list[int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=follow)
     except OSError:
         return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return [st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def lookup(package_dir: str, cache_root: str) -> dict[str, Any] | None:
-    """The memo's status fields, if every input is as it was; else None."""
-    try:
-        entry = json.loads(
-            read_regular(_entry(package_dir, cache_root), LIMIT, "memo", follow=False)
-        )
-        for path, fingerprint in entry["inputs"]:
-            if _fingerprint(path) != fingerprint:
-                return None
-        fields: dict[str, Any] = entry["status"]
-        kernel = fields["kernel"]
-        if kernel is None:
-            return fields
-        same = sha256_bytes(read_regular(kernel, KERNEL_LIMIT, "kernel")) == fields["sha256"]
-        return fields if same else None
-    except Exception:
+def _quiet(prints: list[Fingerprint]) -> bool:
+    """None of the paths changed in the last QUIET_NS (nor claims a time to come)."""
+    since = time.time_ns() - QUIET_NS
+    return all(s is None or max(s[4], s[5]) < since for pair in prints for s in pair)
+
+
+def _own_files() -> list[str]:
+    """This package's modules loaded now: a verdict judged by other code is not this one's."""
+    files = (getattr(m, "__file__", None) for n, m in list(sys.modules.items())
+             if n == __package__ or n.startswith(f"{__package__}."))  # fmt: skip
+    return sorted(f for f in files if isinstance(f, str))
+
+
+def _name(package_dir: str) -> str:
+    words = [package_dir, *(os.environ.get(n, "\0") for n in ENV)]
+    return hashlib.sha256("\0".join(words).encode()).hexdigest()[:32] + ".json"
+
+
+def _folder() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sglang-dsv4-fix", "start")
+
+
+def _open_folder() -> int | None:
+    """The entries' folder, by descriptor, if it is this user's own and no one else can write
+    to it (not a link); None otherwise, or when the memo is switched off."""
+    if not enabled():
         return None
-
-
-def store(package_dir: str, cache_root: str, fields: dict[str, Any]) -> None:
-    inputs = [[p, _fingerprint(p)] for p in _inputs(package_dir, cache_root, fields)]
-    os.makedirs(DIR, exist_ok=True)
-    path = _entry(package_dir, cache_root)
-    temp = f"{path}.{os.getpid()}.tmp"
-    with open(temp, "w") as f:
-        json.dump({"inputs": inputs, "status": fields}, f)
-    os.replace(temp, path)
-
-
-def _inputs(package_dir: str, cache_root: str, fields: dict[str, Any]) -> list[str]:
-    parent = os.path.dirname(package_dir)
-    found = [package_dir, parent, os.path.join(package_dir, "_version.py"), cache_root]
-    found += [
-        os.path.join(parent, n, "METADATA")
-        for n in os.listdir(parent)
-        if n.startswith("sglang-") and n.endswith(".dist-info")
-    ]
-    kernel = fields["kernel"]
-    if kernel is not None:
-        folder, name = os.path.split(kernel)
-        found += [kernel, folder, os.path.join(folder, f".{name}.sglang-dsv4-fix.json")]
-        found.append(os.path.join(folder, f".{name}.sglang-dsv4-fix.orig"))
-    if fields["loader_module"]:
-        parts = fields["loader_module"].split(".")[1:]
-        found.append(os.path.join(package_dir, *parts) + ".py")
-    if os.path.isdir(cache_root):
-        for name in os.listdir(cache_root):
-            if name.startswith("sgl_kernel_jit_dpsk_v4_compress_plan"):
-                build = os.path.join(cache_root, name)
-                found.append(build)
-                if os.path.isdir(build):
-                    found += [os.path.join(build, n) for n in os.listdir(build)]
-    return found
+    try:
+        fd = os.open(_folder(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return fd
+    os.close(fd)
+    return None

@@ -28,9 +28,14 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sglang_dsv4_fix.value import Value
+
+if TYPE_CHECKING:
+    from sglang_dsv4_fix.state import KernelState
+    from sglang_dsv4_fix.tree import Tree
+    from sglang_dsv4_fix.verdict import Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -134,11 +139,7 @@ def register() -> None:
     if mode == "off":
         return
     try:
-        status = _memoized(_sglang_package()) if mode != "heal" else inspect_tree(_sglang_package())
-        if mode == "heal":
-            from sglang_dsv4_fix import heal
-
-            status = heal.at_start(status, inspect_tree)
+        status = _start_status(_sglang_package(), mode)
     except Exception as e:  # the plugin must never take serving down in warn mode
         if mode in ENFORCING:  # enforce serves only what it has seen to be safe
             _exit(f"{TAG} refusing to start: cannot inspect the SGLang tree ({e})", 3)
@@ -148,21 +149,6 @@ def register() -> None:
     if mode in ENFORCING and status.problem:
         _refuse(_process)
     _guard("hooks", _install_hooks)
-
-
-def _memoized(package_dir: Path) -> Status:
-    """PROTOTYPE (issue 10, measurement only): the status from memo.py's entry when its inputs
-    are unchanged, else judged as usual and stored."""
-    from sglang_dsv4_fix import memo
-
-    root = os.path.expanduser(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi"))
-    fields = memo.lookup(str(package_dir), root)
-    if fields is not None:
-        return Status(**fields)
-    status = inspect_tree(package_dir)
-    with contextlib.suppress(Exception):
-        memo.store(str(package_dir), root, status._asdict())
-    return status
 
 
 def _mode() -> str:
@@ -195,8 +181,34 @@ def _sglang_package() -> Path:
 # --------------------------------------------------------------------------- the tree's state
 
 
+def _start_status(package_dir: Path, mode: str) -> Status:
+    """The tree's status: as an earlier process on this host judged it, when nothing that rests
+    on has changed since (memo.py), else judged now and kept for the next process."""
+    if mode == "heal":  # heal acts on what it finds now
+        from sglang_dsv4_fix import heal
+
+        return heal.at_start(inspect_tree(package_dir), inspect_tree)
+    from sglang_dsv4_fix import memo
+
+    fields = memo.lookup(str(package_dir))
+    if fields is not None:
+        with contextlib.suppress(TypeError):  # an entry of other fields: judge again
+            return Status(**fields)
+    status, inputs = _judge(package_dir, keep=memo.enabled())
+    if inputs is not None:
+        with contextlib.suppress(Exception):  # a faster next start, never a failed one
+            memo.store(str(package_dir), status._asdict(), inputs)
+    return status
+
+
 def inspect_tree(package_dir: Path) -> Status:
     """The tree's verdict (the one ``verify`` gives), rendered into this process's status."""
+    return _judge(package_dir)[0]
+
+
+def _judge(package_dir: Path, keep: bool = False) -> tuple[Status, list[Path] | None]:
+    """The status, and with ``keep`` the paths its verdict rests on (``verdict.inputs``), for
+    memo.py (None: the verdict rests on more than paths, or they could not be told)."""
     from sglang_dsv4_fix import state, verdict
     from sglang_dsv4_fix.tree import find_tree
 
@@ -206,6 +218,14 @@ def inspect_tree(package_dir: Path) -> Status:
     # a tree without the planner is not affected: it serves (verify --allow-not-applicable)
     opts = verdict.Options(tree=tree_arg, allow_not_applicable=True)
     v = verdict.assess(tree, opts, current)
+    inputs = None
+    if keep:
+        with contextlib.suppress(Exception):
+            inputs = verdict.inputs(tree, opts, current)
+    return _status(tree, tree_arg, v, current), inputs
+
+
+def _status(tree: Tree, tree_arg: str, v: Verdict, current: KernelState | None) -> Status:
     status = Status(
         str(tree.package_dir),
         tree.release,
