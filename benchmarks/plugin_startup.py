@@ -12,7 +12,11 @@ nvcc). Three arms per tree, in rotating order each round:
 - ``empty``: a plugin whose ``register()`` does nothing, installed the same way: what SGLang's
   framework costs for any plugin (it lists the entry point, reads the distribution's metadata,
   imports the module); asserted: ours absent, it present;
-- ``plugin``: this package (asserted: entry point present, module imported);
+- ``plugin``: this package (asserted: entry point present, module imported), its start memo
+  (memo.py) kept between the probes of a tree, as between the processes of a server: every probe
+  after a tree's first takes the status the first one stored;
+- ``first``: this package with an empty start memo in every probe: the first process after a
+  change judges the tree and stores the memo;
 - ``baseline`` (with ``--baseline REF``): this package as committed at git ``REF``, installed the
   same way, asserted as ``plugin``: the code before a change, in the same rounds as the change.
 Prints medians side by side, of wall-clock time and of the probe thread's CPU time (on a busy
@@ -38,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 RELEASE = "0.5.16"
 TARGET_MS = 3.0
-ARMS = ("none", "empty", "plugin")
-OURS = ("plugin", "baseline")  # this package: as checked out, and as committed at --baseline
+ARMS = ("none", "empty", "plugin", "first")
+OURS = ("plugin", "first", "baseline")  # this package: as checked out, and committed at --baseline
 EMPTY = "sglang_plugin_that_does_nothing"
 SERVER = "torch, sglang.srt.server_args"  # what every server process has loaded before
 PROBE = """
@@ -85,8 +89,12 @@ def measure(
 ) -> Sample:
     """One probe in a fresh interpreter: the tests' cached one, or ``python`` (gpu/plugin_cost.py
     runs the GPU host's own, and says what it could ``preload``)."""
-    # one hash seed for every probe: the arms differ by what they run, not by their dicts' layout
-    env = {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0"}
+    # one hash seed for every probe: the arms differ by what they run, not by their dicts' layout;
+    # the start memo beside the JIT cache, the same for every probe of a tree but "first"'s
+    memo = cache.with_name(f"{cache.name}-memo")
+    if arm == "first":
+        memo = Path(tempfile.mkdtemp(prefix="first-memo-", dir=cache.parent))
+    env = {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0", "XDG_CACHE_HOME": str(memo)}
     code = PROBE.replace("PRELOAD", preload)
     if python is None:
         from plugin_env import run_python
@@ -227,6 +235,7 @@ def main() -> int:
         os.chdir(tmp)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (install_self(tmp / "self"),)}  # fmt: skip
+        sites["first"] = sites["plugin"]
         if args.baseline:
             sites["baseline"] = (install_ref(args.baseline, tmp / "baseline"),)
         cases = trees(tmp)

@@ -85,7 +85,8 @@ def _env(site: Path, *path: Path, cache: Path) -> dict[str, str]:
     from plugin_env import server_site
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
-    env.update(TVM_FFI_CACHE_DIR=str(cache), PYTHONHASHSEED="0",
+    # the judgement itself: the start memo (memo.py) off
+    env.update(TVM_FFI_CACHE_DIR=str(cache), PYTHONHASHSEED="0", SGLANG_DSV4_FIX_MEMO="off",
                PYTHONPATH=os.pathsep.join(map(str, (site, *path, server_site()))))  # fmt: skip
     return env
 

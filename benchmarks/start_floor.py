@@ -101,7 +101,15 @@ def completion_order(host: Host, site: Path, cache: Path) -> list[str]:
     """Our modules in the order ``python -X importtime`` reports them done (a module after
     everything it imports), from one plain start."""
     code = "import sglang_dsv4_fix.plugin as p\np.register()\n"
-    done = host.run(code, site, {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONPROFILEIMPORTTIME": "1"})
+    done = host.run(
+        code,
+        site,
+        {
+            "TVM_FFI_CACHE_DIR": str(cache),
+            "SGLANG_DSV4_FIX_MEMO": "off",
+            "PYTHONPROFILEIMPORTTIME": "1",
+        },
+    )
     if done.returncode != 0:
         raise SystemExit(f"order probe failed:\n{done.stderr[-2000:]}")
     names = re.findall(r"^import time:.*\|\s*(sglang_dsv4_fix\S*)$", done.stderr, re.MULTILINE)
@@ -110,7 +118,7 @@ def completion_order(host: Host, site: Path, cache: Path) -> list[str]:
 
 def write_blob(host: Host, blob: Path, order: list[str], site: Path, cache: Path) -> None:
     code = ORDER.replace("COMPLETED", repr(order)).replace("BLOB", repr(str(blob)))
-    done = host.run(code, site, {"TVM_FFI_CACHE_DIR": str(cache)})
+    done = host.run(code, site, {"TVM_FFI_CACHE_DIR": str(cache), "SGLANG_DSV4_FIX_MEMO": "off"})
     if done.returncode != 0 or "MODULES" not in done.stdout:
         raise SystemExit(f"blob probe failed:\n{done.stderr[-2000:]}")
 
@@ -119,7 +127,11 @@ def probe(
     host: Host, arm: str, blob: Path, site: Path, cache: Path
 ) -> tuple[float, float, float, str]:
     code = PROBE.replace("ARM = None", f"ARM = {arm!r}").replace("BLOB", repr(str(blob)))
-    done = host.run(code, site, {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0"})
+    done = host.run(
+        code,
+        site,
+        {"TVM_FFI_CACHE_DIR": str(cache), "SGLANG_DSV4_FIX_MEMO": "off", "PYTHONHASHSEED": "0"},
+    )
     ms = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
     line = next((x for x in done.stdout.splitlines() if x.startswith("LINE ")), None)
     if done.returncode != 0 or ms is None or line is None:

@@ -45,7 +45,8 @@ def probe(site: Path, *path: Path, cache: Path) -> tuple[float, list[str]]:
     from plugin_env import base_python
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
-    env.update(TVM_FFI_CACHE_DIR=str(cache), PYTHONHASHSEED="0",
+    # the judgement itself: the start memo (memo.py) off
+    env.update(TVM_FFI_CACHE_DIR=str(cache), PYTHONHASHSEED="0", SGLANG_DSV4_FIX_MEMO="off",
                PYTHONPATH=os.pathsep.join(map(str, (site, *path))))  # fmt: skip
     done = subprocess.run((str(base_python()), "-X", "importtime", "-c", PROBE), cwd=site,
                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip

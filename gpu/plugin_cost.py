@@ -30,6 +30,7 @@ def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: st
         tmp = Path(name)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (Path(self_site),)}  # fmt: skip
+        sites["first"] = sites["plugin"]  # the same install, its start memo empty in every probe
         if os.environ.get("COST_BASELINE"):
             sites["baseline"] = (Path(os.environ["COST_BASELINE"]),)
         cases = trees(tmp, Path(release))
