@@ -115,10 +115,20 @@ def _quiet(prints: list[Fingerprint]) -> bool:
 
 
 def _own_files() -> list[str]:
-    """This package's modules loaded now: a verdict judged by other code is not this one's."""
-    files = (getattr(m, "__file__", None) for n, m in list(sys.modules.items())
-             if n == __package__ or n.startswith(f"{__package__}."))  # fmt: skip
-    return sorted(f for f in files if isinstance(f, str))
+    """This package's modules loaded now: a verdict judged by other code is not this one's.
+
+    Looked up by the names in the package's folder (~40), not by a walk over the ~4,000 modules
+    of a server process (~1 ms there; copying their items as pairs started a full garbage
+    collection, ~0.28 s)."""
+    folder = os.path.dirname(__file__)
+    names = [e.name[:-3] for e in os.scandir(folder) if e.name.endswith(".py")]
+    files = [os.path.join(folder, "__init__.py")]
+    for name in sorted(names):
+        module = sys.modules.get(f"{__package__}.{name}")
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str):
+            files.append(file)
+    return files
 
 
 def _name(package_dir: str) -> str:
