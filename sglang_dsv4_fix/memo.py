@@ -9,8 +9,9 @@ left, with nothing it rests on changed, takes that status and imports none of th
   and ctime, both of the path and of what it points to (Python trusts a ``.pyc`` on its source's
   mtime and size alone); a path that was missing must still be missing;
 - the environment that names the JIT cache (``jitroot.ENV``) is part of the entry's name.
-An entry is written only when none of those paths changed in the second before (a change within
-one tick of the file system's clock could leave its times as they were: git's "racy clean" rule),
+An entry is written only when none of those paths changed in the second before the judgement
+began, or since (a change within one tick of the file system's clock could leave its times as
+they were: git's "racy clean" problem; a change during the judgement may have been half seen),
 and never for heal mode or for a verdict resting on more than paths (a git tag, a source hash).
 Entries live in ``$XDG_CACHE_HOME/sglang-dsv4-fix/start`` (else ``~/.cache``), a folder that must
 be this user's and writable by no one else; anything else, any doubt or any error, and the process
@@ -24,7 +25,6 @@ import json
 import os
 import stat
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +59,15 @@ def lookup(package_dir: str) -> dict[str, Any] | None:
         return None
 
 
-def store(package_dir: str, status: dict[str, Any], inputs: list[Path]) -> None:
-    """Keep ``status`` for the next process, keyed on ``inputs`` and this package's loaded
-    modules; nothing when one of them changed in the last second."""
+def store(package_dir: str, status: dict[str, Any], inputs: list[Path], judged_ns: int) -> None:
+    """Keep ``status``, judged from ``judged_ns`` on (``time.time_ns()``), for the next process,
+    keyed on ``inputs`` and this package's loaded modules; nothing when one of them changed in
+    the second before the judgement began, or since (it may have read the old state)."""
     if not enabled():
         return
     paths = [str(p) for p in (*inputs, *_own_files())]
     prints = [_fingerprint(p) for p in paths]
-    if not _quiet(prints):
+    if not _quiet(prints, judged_ns - QUIET_NS):
         return
     from sglang_dsv4_fix.fswrite import Folder
 
@@ -108,9 +109,8 @@ def _stat(path: str, follow: bool) -> list[int] | None:
     return [st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _quiet(prints: list[Fingerprint]) -> bool:
-    """None of the paths changed in the last QUIET_NS (nor claims a time to come)."""
-    since = time.time_ns() - QUIET_NS
+def _quiet(prints: list[Fingerprint], since: int) -> bool:
+    """None of the paths changed at or after ``since`` (nor claims a time to come)."""
     return all(s is None or max(s[4], s[5]) < since for pair in prints for s in pair)
 
 

@@ -194,10 +194,11 @@ def _start_status(package_dir: Path, mode: str) -> Status:
     if fields is not None:
         with contextlib.suppress(TypeError):  # an entry of other fields: judge again
             return Status(**fields)
+    judged_ns = time.time_ns()
     status, inputs = _judge(package_dir, keep=memo.enabled())
     if inputs is not None:
         with contextlib.suppress(Exception):  # a faster next start, never a failed one
-            memo.store(str(package_dir), status._asdict(), inputs)
+            memo.store(str(package_dir), status._asdict(), inputs, judged_ns)
     return status
 
 
