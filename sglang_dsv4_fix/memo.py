@@ -45,6 +45,8 @@ def enabled() -> bool:
 
 def lookup(package_dir: str) -> dict[str, Any] | None:
     """The stored status of the tree at ``package_dir``, if nothing it rests on has changed."""
+    if not enabled():
+        return None
     try:
         fd = _open_folder()
         if fd is None:
@@ -143,9 +145,7 @@ def _folder() -> str:
 
 def _open_folder() -> int | None:
     """The entries' folder, by descriptor, if it is this user's own and no one else can write
-    to it (not a link); None otherwise, or when the memo is switched off."""
-    if not enabled():
-        return None
+    to it (not a link); None otherwise."""
     try:
         fd = os.open(_folder(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:

@@ -177,8 +177,8 @@ def stale_builds(tree: Tree, opts: Options, current: KernelState) -> list[str] |
 
 def inputs(tree: Tree, opts: Options, current: KernelState | None) -> list[Path] | None:
     """Every path the verdict :func:`assess` gave on ``tree`` rests on (memo.py keeps the plugin's
-    start status on them), the kernel's first; None when it rests on more than paths show: a
-    release tag from git, or a cache entry told by a source hash or an inventory, not by a note."""
+    start status on them); None when it rests on more than paths show: a release tag from git, or
+    a cache entry told by a source hash or an inventory, not by a note."""
     from sglang_dsv4_fix.tree import inputs as tree_inputs
     from sglang_dsv4_fix.tree import record_path
 
