@@ -190,14 +190,20 @@ def run_python(
     sys.path, and from the repository root that would import this checkout's source instead of
     the installed package under test (which has its patches/ data where the wheel puts it).
     """
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
-    full.update(env or {})
-    full["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
     return subprocess.run(
         (str(base_python()), "-c", code),
         capture_output=True,
         text=True,
-        env=full,
+        env=child_env(*path, env=env),
         timeout=timeout,
         cwd=path[0] if path else None,
     )
+
+
+def child_env(*path: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a test's child interpreter: ours without SGLANG_* and PYTHON* (the
+    test's own mode, plugins and paths), then ``env``, with ``path`` as its PYTHONPATH."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
+    full.update(env or {})
+    full["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    return full

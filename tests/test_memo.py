@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from plugin_env import copy_site, install_self, release_site, run_python
+from plugin_env import base_python, child_env, copy_site, install_self, release_site, run_python
 
 from sglang_dsv4_fix import jitcache, jitsource, memo
 from sglang_dsv4_fix.fsops import sha256_bytes
@@ -330,9 +330,9 @@ def test_every_path_the_judgement_touches_is_an_input(
     trace = tmp_path / "trace"
     done = subprocess.run(
         (str(STRACE), "-f", "-y", "-e", "trace=%file", "-o", str(trace),
-         str(_python()), "-c", JUDGE, str(site / "sglang")),
+         str(base_python()), "-c", JUDGE, str(site / "sglang")),
         capture_output=True, text=True, timeout=120, cwd=self_site,
-        env={**_env(self_site, site), "TVM_FFI_CACHE_DIR": str(cache)},
+        env=child_env(self_site, site, env={"TVM_FFI_CACHE_DIR": str(cache)}),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     said = re.search(r"^INPUTS (.*)$", done.stdout, re.MULTILINE)
@@ -349,14 +349,3 @@ def test_every_path_the_judgement_touches_is_an_input(
     ours = {p for p in touched if "/sglang_dsv4_fix/" in p}
     assert touched - ours, "the trace saw nothing: the pattern no longer reads strace's lines"
     assert touched - ours <= inputs, sorted(touched - ours - inputs)
-
-
-def _python() -> Path:
-    from plugin_env import base_python
-
-    return base_python()
-
-
-def _env(*path: Path) -> dict[str, str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
-    return {**full, "PYTHONPATH": os.pathsep.join(map(str, path))}
