@@ -247,29 +247,37 @@ def table(samples: dict[tuple[str, str], list[Sample]], cases: dict[str, Any]) -
     """Medians of the wall-clock time (the target) and of the probe thread's CPU time (the same
     work without the time other processes took the CPU away: the figure to trust on a busy host);
     then the parts of the window that are the plugins' own, timed inside it. A ``baseline`` arm
-    gets its own columns; the target is judged on ``plugin``."""
+    gets its own columns; the target is judged on ``plugin``. ``empty`` may be left out (the GPU
+    host's runs, for rounds): its columns then read "-"."""
     worst, rounds = 0.0, min(len(x) for x in samples.values())
-    ours = [a for a in OURS if (next(iter(cases)), a) in samples]
+    first = next(iter(cases))
+    ours = [a for a in OURS if (first, a) in samples]
+    has_empty = (first, "empty") in samples
+
+    def over(x: float, empty: float | None) -> str:
+        return f"{x - empty:10.2f}" if empty is not None else f"{'-':>10}"
+
     for clock, i in (("wall-clock", 0), ("CPU time", 1)):
         print(f"SGLang {RELEASE}, load_plugins() + configure_logger(), {clock}, "
               f"median of {rounds} (ms)")  # fmt: skip
         print(f"{'tree':30} {'none':>7} {'empty':>7} "
               + " ".join(f"{a:>8} {a[:4] + ' added':>10} {'over empty':>10}" for a in ours))  # fmt: skip
         for tree in cases:
-            med = {
-                a: statistics.median(x[i] for x in samples[(tree, a)]) for a in (*ARMS[:2], *ours)
-            }
+            arms = ("none", "empty", *ours) if has_empty else ("none", *ours)
+            med = {a: statistics.median(x[i] for x in samples[(tree, a)]) for a in arms}
+            empty = med.get("empty")
             worst = max(worst, med["plugin"] - med["none"]) if i == 0 else worst
-            print(f"{tree:30} {med['none']:7.2f} {med['empty']:7.2f} "
-                  + " ".join(f"{med[a]:8.2f} {med[a] - med['none']:10.2f} "
-                             f"{med[a] - med['empty']:10.2f}" for a in ours))  # fmt: skip
+            print(f"{tree:30} {med['none']:7.2f} "
+                  + (f"{empty:7.2f} " if empty is not None else f"{'-':>7} ")
+                  + " ".join(f"{med[a]:8.2f} {med[a] - med['none']:10.2f} {over(med[a], empty)}"
+                             for a in ours))  # fmt: skip
     print(f"Inside that window, wall-clock, median of {rounds} (ms): each plugin's own part of "
           "load_plugins() (ep.load() + register()), and configure_logger()")  # fmt: skip
     print(f"{'tree':30} {'arm':>8} {'own':>7} {'logger':>7} {'own + logger added':>18} "
           f"{'modules':>8}")  # fmt: skip
     for tree in cases:
         log_n = statistics.median(x[3] for x in samples[(tree, "none")])
-        for arm in ("empty", *ours):
+        for arm in ("empty", *ours) if has_empty else ours:
             own = statistics.median(x[2] for x in samples[(tree, arm)])
             log = statistics.median(x[3] for x in samples[(tree, arm)])
             mods = sorted({x[4] for x in samples[(tree, arm)]})

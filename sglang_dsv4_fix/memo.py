@@ -100,7 +100,10 @@ def _still(entry: dict[str, Any], package_dir: str) -> bool:
 
 
 def _fingerprint(path: str) -> Fingerprint:
-    return [_stat(path, False), _stat(path, True)]
+    """The path's ``lstat`` and ``stat``: one system call where it is no symbolic link (the two
+    then agree: every link before its last part is followed by both)."""
+    link = _stat(path, False)
+    return [link, _stat(path, True) if link is not None and stat.S_ISLNK(link[0]) else link]
 
 
 def _stat(path: str, follow: bool) -> list[int] | None:
