@@ -8,7 +8,9 @@ left, with nothing it rests on changed, takes that status and imports none of th
   for it), and this package's own modules that judged it, must have the same inode, size, mtime
   and ctime, both of the path and of what it points to (Python trusts a ``.pyc`` on its source's
   mtime and size alone); a path that was missing must still be missing;
-- the environment that names the JIT cache (``jitroot.ENV``) is part of the entry's name.
+- the environment that names the JIT cache (``jitroot.ENV``) and the folder this package runs
+  from are part of the entry's name (a second install of the plugin beside the tree's own, on
+  ``PYTHONPATH`` say, judges for itself: its code may differ).
 An entry is written only when none of those paths changed in the second before the judgement
 began, or since (a change within one tick of the file system's clock could leave its times as
 they were: git's "racy clean" problem; a change during the judgement may have been half seen),
@@ -32,10 +34,11 @@ from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
 from sglang_dsv4_fix.jitroot import ENV
 
 SWITCH_ENV = "SGLANG_DSV4_FIX_MEMO"
-FORMAT = 1
+FORMAT = 2
 LIMIT = 256 * 1024  # an entry is a few KB
 QUIET_NS = 1_000_000_000  # inputs unchanged this long before an entry is written
 
+_CODE = os.path.dirname(os.path.abspath(__file__))  # this package's folder: the code that judges
 Fingerprint = list[list[int] | None]  # [lstat, stat] of a path, each None where it is missing
 
 
@@ -78,7 +81,7 @@ def store(package_dir: str, status: dict[str, Any], inputs: list[Path], judged_n
     fd = _open_folder()
     if fd is None:
         return
-    entry = {"format": FORMAT, "package_dir": package_dir,
+    entry = {"format": FORMAT, "package_dir": package_dir, "code": _CODE,
              "inputs": list(zip(paths, prints, strict=True)), "status": status}  # fmt: skip
     try:
         data = json.dumps(entry).encode()
@@ -88,7 +91,8 @@ def store(package_dir: str, status: dict[str, Any], inputs: list[Path], judged_n
 
 
 def _still(entry: dict[str, Any], package_dir: str) -> bool:
-    if entry.get("format") != FORMAT or entry.get("package_dir") != package_dir:
+    made_by = (entry.get("format"), entry.get("package_dir"), entry.get("code"))
+    if made_by != (FORMAT, package_dir, _CODE):
         return False
     if any(_fingerprint(path) != printed for path, printed in entry["inputs"]):
         return False
@@ -125,9 +129,8 @@ def _own_files() -> list[str]:
     Looked up by the names in the package's folder (~40), not by a walk over the ~4,000 modules
     of a server process (~1 ms there; copying their items as pairs started a full garbage
     collection, ~0.28 s)."""
-    folder = os.path.dirname(__file__)
-    names = [e.name[:-3] for e in os.scandir(folder) if e.name.endswith(".py")]
-    files = [os.path.join(folder, "__init__.py")]
+    names = [e.name[:-3] for e in os.scandir(_CODE) if e.name.endswith(".py")]
+    files = [os.path.join(_CODE, "__init__.py")]
     for name in sorted(names):
         module = sys.modules.get(f"{__package__}.{name}")
         file = getattr(module, "__file__", None)
@@ -137,7 +140,7 @@ def _own_files() -> list[str]:
 
 
 def _name(package_dir: str) -> str:
-    words = [package_dir, *(os.environ.get(n, "\0") for n in ENV)]
+    words = [package_dir, _CODE, *(os.environ.get(n, "\0") for n in ENV)]
     return hashlib.sha256("\0".join(words).encode()).hexdigest()[:32] + ".json"
 
 

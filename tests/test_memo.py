@@ -193,6 +193,22 @@ def test_another_jit_cache_is_another_entry(
     assert "STALE BUILD" in start(self_site, site, warm).line
 
 
+def test_another_install_of_the_plugin_judges_for_itself(
+    self_site: Path, tmp_path: Path, isolated_home: Path
+) -> None:
+    """A second copy of this package (on PYTHONPATH beside the tree's own, say) may be other code:
+    it never takes the entry the first one stored, and keeps its own beside it."""
+    site, cache = release_site("0.5.16"), tmp_path / "cache"
+    other = shutil.copytree(self_site, tmp_path / "other", symlinks=True)
+    quiet()
+    first = start(self_site, site, cache)
+    assert not first.hit and start(self_site, site, cache).hit
+    theirs = start(other, site, cache)
+    assert not theirs.hit and theirs.line == first.line
+    assert len(entries(isolated_home)) == 2
+    assert start(other, site, cache).hit and start(self_site, site, cache).hit
+
+
 def test_nothing_is_kept_while_an_input_is_newer_than_a_second(
     self_site: Path, tmp_path: Path, isolated_home: Path
 ) -> None:
