@@ -250,9 +250,9 @@ def table(samples: dict[tuple[str, str], list[Sample]], cases: dict[str, Any]) -
     gets its own columns; the target is judged on ``plugin``. ``empty`` may be left out (the GPU
     host's runs, for rounds): its columns then read "-"."""
     worst, rounds = 0.0, min(len(x) for x in samples.values())
-    first = next(iter(cases))
-    ours = [a for a in OURS if (first, a) in samples]
-    has_empty = (first, "empty") in samples
+    tree0 = next(iter(cases))  # every tree has the same arms
+    ours = [a for a in OURS if (tree0, a) in samples]
+    has_empty = (tree0, "empty") in samples
 
     def over(x: float, empty: float | None) -> str:
         return f"{x - empty:10.2f}" if empty is not None else f"{'-':>10}"

@@ -9,8 +9,8 @@ process has them, or, if the host cannot import ``server_args``, ``torch, sglang
 says so. BUDGET_S: start no round after that many seconds (the table covers the rounds done).
 With ``COST_BASELINE=SITE`` in the environment, a ``baseline`` arm times the package installed
 there in the same rounds (benchmarks/plugin_startup.py's ``--baseline``, asserted the same way).
-``COST_ARMS=none,plugin,...`` runs only those arms (a probe imports torch, ~9 s a probe on that
-host: fewer arms, more rounds in one call's time).
+``COST_ARMS=none,plugin,...`` runs only those arms (a probe imports torch: ~7 s a probe on the
+H200 host, 12 probes a round with four arms: fewer arms, more rounds in one call's time).
 """
 
 from __future__ import annotations
