@@ -8,12 +8,12 @@ torch and ``sglang.srt.server_args`` untimed, then ``sglang_dsv4_fix.plugin`` an
 ``configure_logger()`` (``window``). Parts, in ms:
 - ``lookup``: the memo's lookup, which finds nothing;
 - ``judge``: the judgement, its imports and ``verdict.inputs`` (as without the memo, plus the list);
-- ``import fswrite``: the store's import of the writing module, timed on its own just before it;
-- ``store``: the rest of the store, and inside it ``own files`` (our loaded modules),
-  ``fingerprints`` (one per input), ``quiet``, ``json.dumps`` and ``write`` (the atomic write).
+- ``store``: the store, and inside it ``own files`` (our loaded modules), ``fingerprints`` (one
+  per input), ``quiet``, ``json.dumps`` and ``write`` (fsops.replace_at, the atomic write).
 The timers' own calls are in ``window`` too: read it as an upper bound.
-Asserts per probe that the lookup missed, the tree was judged, ``fswrite`` was first imported by
-the store, and the store left exactly one entry: the process measured is a first process.
+Asserts per probe that the lookup missed, the tree was judged, the store wrote through
+``replace_at`` without importing the CLI's writing module (``fswrite``), and it left exactly one
+entry: the process measured is a first process.
 """
 
 from __future__ import annotations
@@ -37,11 +37,9 @@ import json, sys, time, types
 import sglang.srt.plugins as plugins
 import sglang.srt.utils as utils
 T, seen = {}, {}
-def timed(owner, name, key, note=None):
+def timed(owner, name, key):
     fn = getattr(owner, name)
     def run(*a, **k):
-        if note:
-            note()
         t = time.perf_counter()
         try:
             out = fn(*a, **k)
@@ -53,29 +51,24 @@ def timed(owner, name, key, note=None):
 t = time.perf_counter()
 from sglang_dsv4_fix import memo, plugin
 T["import"] = (time.perf_counter() - t) * 1e3
-def fswrite():  # the store's own import of fswrite, timed on its own, then its write wrapped
-    seen["fswrite before store"] = "sglang_dsv4_fix.fswrite" in sys.modules
-    t = time.perf_counter()
-    import sglang_dsv4_fix.fswrite as fw
-    T["import fswrite"] = (time.perf_counter() - t) * 1e3
-    timed(fw.Folder, "write", "write")
 timed(memo, "lookup", "lookup")
 timed(plugin, "_judge", "judge")
-timed(memo, "store", "store", note=fswrite)
+timed(memo, "store", "store")
 timed(memo, "_own_files", "own files")
 timed(memo, "_fingerprint", "fingerprints")
 timed(memo, "_quiet", "quiet")
 timed(json, "dumps", "json.dumps")
+timed(memo, "replace_at", "write")
 t = time.perf_counter()
 plugins.load_plugins()
 utils.configure_logger(types.SimpleNamespace(log_level="error"), prefix=" TP0")
 T["window"] = (time.perf_counter() - t) * 1e3
 ok = {"missed": seen.get("lookup", 0) is None, "judged": "sglang_dsv4_fix.verdict" in sys.modules,
-      "fswrite by store": seen.get("fswrite before store") is False}
+      "wrote": "write" in T, "no fswrite": "sglang_dsv4_fix.fswrite" not in sys.modules}
 print("PARTS", repr(T))
 print("OK", repr(ok))
 """
-ORDER = ("import", "lookup", "judge", "import fswrite", "store", "own files", "fingerprints",
+ORDER = ("import", "lookup", "judge", "store", "own files", "fingerprints",
          "quiet", "json.dumps", "write", "window")  # fmt: skip
 
 

@@ -1,12 +1,15 @@
-"""Reading files we did not create: hashing and bounded reads. Writes are fswrite.py's.
+"""Reading files we did not create: hashing and bounded reads; and the one write on the plugin's
+start path, an entry replaced atomically inside a folder held by descriptor (:func:`replace_at`).
 
 Every file we did not create is treated as hostile: reads never block (``O_NONBLOCK``, regular
 files only) and are capped. This half is on the plugin's start path (every SGLang process
-imports it); the write half (atomic replacement, folders held by descriptor, locking) is not.
+imports it, and a first process stores its start memo through ``replace_at``); the rest of the
+write half (folders opened and locked, durable writes by path) is fswrite.py's, which is not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -19,6 +22,7 @@ from sglang_dsv4_fix.errors import Exit, FatalError
 if TYPE_CHECKING:
     from sglang_dsv4_fix.fswrite import Folder
 
+TEMP_TAG = "sglang-dsv4-fix.tmp"  # the last part of every temp file name we create
 KERNEL_LIMIT = 4 * 1024 * 1024  # the real c_plan.cuh is 20-30 KB
 RECORD_LIMIT = 64 * 1024  # a provenance record is under 1 KB
 _NOT_REGULAR = {
@@ -100,6 +104,52 @@ def _read_fd(fd: int, path: Path | str, limit: int, what: str, code: int, head: 
 
 def _too_big(path: Path | str, what: str, size: int, limit: int) -> str:
     return f"{path}: the {what} is {size} bytes, over the {limit}-byte limit; not reading it"
+
+
+def temp_name(name: str) -> str:
+    """A temp file name for ``name`` that no one else picks: pid and 64 random bits."""
+    return f".{name}.{os.getpid()}.{os.urandom(8).hex()}.{TEMP_TAG}"
+
+
+def replace_at(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    mode: int,
+    owner: tuple[int, int] | None = None,
+    durable: bool = True,
+) -> None:
+    """Atomically replace the entry ``name`` of the folder ``dir_fd`` with ``data``: a new temp
+    file (never a link followed), fsync, rename over ``name``, folder fsync. Not ``durable``: no
+    fsync (a cache entry that a crash may lose, never one half-written). ``owner``: as root, the
+    file's (uid, gid)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        tmp = temp_name(name)
+        try:
+            fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+            break
+        except FileExistsError:  # 64 random bits taken: pick again
+            continue
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if owner is not None and os.geteuid() == 0:
+                os.fchown(fd, *owner)  # root keeps a user's kernel the user's
+            os.fchmod(fd, mode)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    if durable:
+        os.fsync(dir_fd)
 
 
 # the kernel folders this process holds locked: fswrite.file_lock fills it, readers under the

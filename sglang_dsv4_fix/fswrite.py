@@ -18,9 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import LOCKED, read_regular
-
-TEMP_TAG = "sglang-dsv4-fix.tmp"
+from sglang_dsv4_fix.fsops import LOCKED, TEMP_TAG, read_regular, replace_at
 
 
 def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -65,11 +63,6 @@ def remove(path: Path) -> None:
 # ---------------------------------------------------------------- a folder held by descriptor
 
 
-def temp_name(name: str) -> str:
-    """A temp file name for ``name`` that no one else picks: pid and 64 random bits."""
-    return f".{name}.{os.getpid()}.{os.urandom(8).hex()}.{TEMP_TAG}"
-
-
 def is_our_temp(temp: str, name: str) -> bool:
     """``temp`` has the exact shape ``temp_name(name)`` gives (a user's ``.name.x.tmp`` has not)."""
     return (
@@ -105,44 +98,9 @@ class Folder:
     def write(
         self, name: str, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool = True
     ) -> None:
-        """Atomically replace ``name`` with ``data`` (temp file, fsync, rename, folder fsync);
-        not ``durable``: no fsync (a cache entry that a crash may lose, never half-written)."""
-        tmp = self._create_temp(name)
-        try:
-            self._fill(tmp, data, mode, owner, durable)
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=self.fd)
-            raise
-        if durable:
-            self.fsync()
-
-    def _create_temp(self, name: str) -> str:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        while True:
-            tmp = temp_name(name)
-            try:
-                os.close(os.open(tmp, flags, 0o600, dir_fd=self.fd))
-                return tmp
-            except FileExistsError:  # 64 random bits taken: pick again
-                continue
-
-    def _fill(
-        self, tmp: str, data: bytes, mode: int, owner: tuple[int, int] | None, durable: bool
-    ) -> None:
-        fd = os.open(tmp, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if owner is not None and os.geteuid() == 0:
-                os.fchown(fd, *owner)  # root keeps a user's kernel the user's
-            os.fchmod(fd, mode)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        """Atomically replace ``name`` with ``data`` (fsops.replace_at: temp file, fsync, rename,
+        folder fsync); not ``durable``: no fsync."""
+        replace_at(self.fd, name, data, mode, owner, durable)
 
     def unlink(self, name: str) -> None:
         """Delete the file ``name`` if present, durably."""

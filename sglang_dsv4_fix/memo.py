@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, sha256_bytes
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, read_regular, replace_at, sha256_bytes
 from sglang_dsv4_fix.jitroot import ENV
 
 SWITCH_ENV = "SGLANG_DSV4_FIX_MEMO"
@@ -74,18 +74,13 @@ def store(package_dir: str, status: dict[str, Any], inputs: list[Path], judged_n
     prints = [_fingerprint(p) for p in paths]
     if not _quiet(prints, judged_ns - QUIET_NS):
         return
-    from sglang_dsv4_fix.fswrite import Folder
-
-    folder = _folder()
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd = _open_folder()
+    fd = _open_folder(make=True)
     if fd is None:
         return
     entry = {"format": FORMAT, "package_dir": package_dir, "code": _CODE,
              "inputs": list(zip(paths, prints, strict=True)), "status": status}  # fmt: skip
     try:
-        data = json.dumps(entry).encode()
-        Folder(fd, Path(folder)).write(_name(package_dir), data, 0o600, None, durable=False)
+        replace_at(fd, _name(package_dir), json.dumps(entry).encode(), 0o600, durable=False)
     finally:
         os.close(fd)
 
@@ -149,11 +144,17 @@ def _folder() -> str:
     return os.path.join(base, "sglang-dsv4-fix", "start")
 
 
-def _open_folder() -> int | None:
+def _open_folder(make: bool = False) -> int | None:
     """The entries' folder, by descriptor, if it is this user's own and no one else can write
-    to it (not a link); None otherwise."""
+    to it (not a link); None otherwise. ``make``: made first where it is missing (0700)."""
+    folder = _folder()
     try:
-        fd = os.open(_folder(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not make:
+            return None
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        return _open_folder()
     except OSError:
         return None
     st = os.fstat(fd)

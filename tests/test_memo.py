@@ -117,6 +117,7 @@ def test_the_next_process_takes_the_memo_and_says_the_same(
     quiet()
     first = start(self_site, site, cache)
     assert not first.hit and ".verdict" in first.modules
+    assert ".fswrite" not in first.modules  # stored through fsops.replace_at (docs/plugin.md)
     (entry,) = entries(isolated_home)
     assert entry.stat().st_mode & 0o777 == 0o600
     second = start(self_site, site, cache)

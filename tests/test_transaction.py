@@ -30,8 +30,8 @@ from trees import TreeFactory, extract
 
 from sglang_dsv4_fix import __version__, manifest, provenance, transaction
 from sglang_dsv4_fix.errors import Exit, FatalError
-from sglang_dsv4_fix.fsops import KERNEL_LIMIT, sha256_bytes
-from sglang_dsv4_fix.fswrite import file_lock, temp_name
+from sglang_dsv4_fix.fsops import KERNEL_LIMIT, sha256_bytes, temp_name
+from sglang_dsv4_fix.fswrite import file_lock
 from sglang_dsv4_fix.provenance import Provenance
 from sglang_dsv4_fix.rewrite import Target, rewrite
 from sglang_dsv4_fix.state import inspect
