@@ -147,16 +147,22 @@ def not_current(
     - our sidecar in the folder (``prewarm``, or the plugin when its process compiled the build)
       names the sha256 of ``data`` and this folder's own ``.so``: a folder copied or renamed under
       another hash carries a note about another ``.so``, and a loader rebuilds in place only from
-      sources of the same hash, so the same kernel bytes;
+      sources of the same hash, so the same kernel bytes (:func:`noted_current`);
     - the folder's name carries the loader's hash of ``data`` and the headers it includes (what a
-      build by SGLang alone leaves): computed once per scheme, only when a sidecar did not prove it.
+      build by SGLang alone leaves): :func:`not_named_current`.
     """
     sha256 = sha256 or hashlib.sha256(data).hexdigest()
+    return not_named_current(tree, data, [e for e in entries if not noted_current(e, sha256)])
+
+
+def not_named_current(
+    tree: Tree, data: bytes, entries: list[os.DirEntry[str]]
+) -> list[os.DirEntry[str]]:
+    """Entries whose name does not carry the loader's hash of ``data`` (and the headers it
+    includes), computed once per scheme; a link or a name of no content scheme never does."""
     own: dict[Scheme, str] = {}
     out = []
     for entry in entries:
-        if noted_current(entry, sha256):
-            continue
         scheme, parts = parse_name(entry.name)  # type: ignore[misc]
         if scheme in CONTENT_SCHEMES and not entry.is_symlink():
             if scheme not in own:

@@ -218,11 +218,12 @@ def _judge(package_dir: Path, keep: bool = False) -> tuple[Status, list[Path] | 
     current = None if tree.kernel_path is None else state.inspect(tree)
     # a tree without the planner is not affected: it serves (verify --allow-not-applicable)
     opts = verdict.Options(tree=tree_arg, allow_not_applicable=True)
-    v = verdict.assess(tree, opts, current)
+    reads = verdict.Reads()
+    v = verdict.assess(tree, opts, current, reads)
     inputs = None
     if keep:
         with contextlib.suppress(Exception):
-            inputs = verdict.inputs(tree, opts, current)
+            inputs = verdict.inputs(tree, opts, current, reads)
     return _status(tree, tree_arg, v, current), inputs
 
 

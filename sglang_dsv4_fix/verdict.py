@@ -137,48 +137,82 @@ class Verdict(Value):
 # --------------------------------------------------------------------------- entry points
 
 
-def assess(tree: Tree, opts: Options, current: KernelState | None = None) -> Verdict:
-    """Inspect ``tree`` (unless ``current`` is given) and its JIT cache, and judge it."""
+def assess(
+    tree: Tree, opts: Options, current: KernelState | None = None, reads: Reads | None = None
+) -> Verdict:
+    """Inspect ``tree`` (unless ``current`` is given) and its JIT cache, and judge it; ``reads``
+    gets what the cache check read (:func:`inputs`)."""
     from sglang_dsv4_fix import state
 
     if tree.kernel_path is None:
         return judge(tree, None, None, opts)
     current = state.inspect(tree) if current is None else current
-    stale = stale_builds(tree, opts, current) if opts.check_cache and current.safe else None
+    stale = stale_builds(tree, opts, current, reads) if opts.check_cache and current.safe else None
     return judge(tree, current, stale, opts)
 
 
-def stale_builds(tree: Tree, opts: Options, current: KernelState) -> list[str] | None:
+class Reads:
+    """The paths a cache check read (its folder's names, the loader files it looked for, each
+    planner build and our note in it), or None once it rested on more than paths: a source hash,
+    an inventory, an error."""
+
+    __slots__ = ("paths",)
+
+    def __init__(self) -> None:
+        self.paths: list[Path] | None = []
+
+    def add(self, *paths: Path) -> None:
+        if self.paths is not None:
+            self.paths += paths
+
+    def untold(self) -> None:
+        self.paths = None
+
+
+def stale_builds(
+    tree: Tree, opts: Options, current: KernelState, reads: Reads | None = None
+) -> list[str] | None:
     """Names of racy (or untellable) planner builds in the cache; None if it cannot be told.
 
     Cheapest first, as this runs in every server process: a cache with no planner entry, or only
-    entries named by the kernel's current bytes (what ``prewarm`` and a fixed tree's first start
-    leave), has none; only other entries are inventoried (jitcache)."""
+    entries our notes prove built from the kernel's current bytes (what ``prewarm`` and a fixed
+    tree's first start leave), has none; then entries named by those bytes; only other entries
+    are inventoried (jitcache)."""
     from sglang_dsv4_fix import jitroot
 
+    reads = Reads() if reads is None else reads
     root = jitroot.cache_root(opts.cache_dir)
+    reads.add(root)
     if not jitroot.has_planner_entry(root):
         return []  # the usual case, told from the names alone
     from sglang_dsv4_fix import jitnames
 
+    reads.add(*(tree.package_dir / f for f in jitnames.LOADER_FILES))
     try:
         if jitnames.modelled_kernel(tree) is None:
             return []
-        if not jitnames.not_current(
-            tree, current.data, jitnames.planner_entries(root), current.sha256
-        ):
+        entries = jitnames.planner_entries(root)
+        unnoted = [e for e in entries if not jitnames.noted_current(e, current.sha256)]
+        reads.add(*(p for e in entries for p in (Path(e.path), Path(e.path) / jitnames.SIDECAR)))
+        if not unnoted:
+            return []
+        reads.untold()
+        if not jitnames.not_named_current(tree, current.data, unnoted):
             return []
         from sglang_dsv4_fix import jitcache
 
         return [b.name for b in jitcache.racy_builds(tree, opts.cache_dir, current.variant)]
     except Exception:  # no loader to model, an unreadable cache: the kernel verdict stands alone
+        reads.untold()
         return None
 
 
-def inputs(tree: Tree, opts: Options, current: KernelState | None) -> list[Path] | None:
-    """Every path the verdict :func:`assess` gave on ``tree`` rests on (memo.py keeps the plugin's
-    start status on them); None when it rests on more than paths show: a release tag from git, or
-    a cache entry told by a source hash or an inventory, not by a note."""
+def inputs(
+    tree: Tree, opts: Options, current: KernelState | None, reads: Reads
+) -> list[Path] | None:
+    """Every path the verdict :func:`assess` gave on ``tree`` with ``reads`` rests on (memo.py
+    keeps the plugin's start status on them); None when it rests on more than paths show: a
+    release tag from git, or a cache entry told by a source hash or an inventory, not by a note."""
     from sglang_dsv4_fix.tree import inputs as tree_inputs
     from sglang_dsv4_fix.tree import record_path
 
@@ -191,26 +225,7 @@ def inputs(tree: Tree, opts: Options, current: KernelState | None) -> list[Path]
     found = [kernel, record_path(kernel), manifest.data_dir() / manifest.MANIFEST, *found]
     if not (opts.check_cache and current.safe):
         return found
-    cache = _cache_inputs(tree, opts, current)
-    return None if cache is None else found + cache
-
-
-def _cache_inputs(tree: Tree, opts: Options, current: KernelState) -> list[Path] | None:
-    """What :func:`stale_builds` read: the cache folder (its names), and for each planner build
-    the folder and our note in it, when every note proves the build current."""
-    from sglang_dsv4_fix import jitroot
-
-    root = jitroot.cache_root(opts.cache_dir)
-    if not jitroot.has_planner_entry(root):
-        return [root]
-    from sglang_dsv4_fix import jitnames
-
-    found = [root, *(tree.package_dir / f for f in jitnames.LOADER_FILES)]
-    for entry in jitnames.planner_entries(root):
-        if not jitnames.noted_current(entry, current.sha256):
-            return None
-        found += [Path(entry.path), Path(entry.path) / jitnames.SIDECAR]
-    return found
+    return None if reads.paths is None else found + reads.paths
 
 
 def judge(
