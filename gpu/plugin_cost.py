@@ -9,8 +9,9 @@ process has them, or, if the host cannot import ``server_args``, ``torch, sglang
 says so. BUDGET_S: start no round after that many seconds (the table covers the rounds done).
 With ``COST_BASELINE=SITE`` in the environment, a ``baseline`` arm times the package installed
 there in the same rounds (benchmarks/plugin_startup.py's ``--baseline``, asserted the same way).
-``COST_ARMS=none,plugin,...`` runs only those arms (a probe imports torch: ~7 s a probe on the
-H200 host, 12 probes a round with four arms: fewer arms, more rounds in one call's time).
+``COST_ARMS=none,plugin,...`` runs only those arms; ``bfirst``, the baseline's first process, runs
+only when named (a probe imports torch: ~7 s a probe on the H200 host, 12 probes a round with
+four arms: fewer arms, more rounds in one call's time).
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: st
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (Path(self_site),)}  # fmt: skip
         sites["first"] = sites["plugin"]  # the same install, its start memo empty in every probe
-        if os.environ.get("COST_BASELINE"):
-            sites["baseline"] = (Path(os.environ["COST_BASELINE"]),)
-        if os.environ.get("COST_ARMS"):
-            sites = {arm: sites[arm] for arm in os.environ["COST_ARMS"].split(",")}
+        if os.environ.get("COST_BASELINE"):  # bfirst: the same, its start memo empty each probe
+            sites["baseline"] = sites["bfirst"] = (Path(os.environ["COST_BASELINE"]),)
+        named = os.environ.get("COST_ARMS")
+        arms = named.split(",") if named else [a for a in sites if a != "bfirst"]
+        sites = {arm: sites[arm] for arm in arms}
         cases = trees(tmp, Path(release))
         samples = run(int(rounds), cases, sites, (Path(extra),), sys.executable, preload,
                       float(budget) if budget else None)  # fmt: skip
