@@ -9,7 +9,9 @@ torch and ``sglang.srt.server_args`` untimed, then ``sglang_dsv4_fix.plugin`` an
 - ``lookup``: the memo's lookup, which finds nothing;
 - ``judge``: the judgement, its imports and ``verdict.inputs`` (as without the memo, plus the list);
 - ``store``: the store, and inside it ``own files`` (our loaded modules), ``fingerprints`` (one
-  per input), ``quiet``, ``json.dumps`` and ``write`` (fsops.replace_at, the atomic write).
+  per input), ``quiet``, ``json.dumps``, ``write`` (fsops.replace_at, the atomic write) and
+  ``makedirs`` (the memo's folder, which the probe's empty cache folder lacks: a host's first).
+``gc``: the garbage collector's time inside the window (already in the parts it interrupted).
 The timers' own calls are in ``window`` too: read it as an upper bound.
 Asserts per probe that the lookup missed, the tree was judged, the store wrote through
 ``replace_at`` without importing the CLI's writing module (``fswrite``), and it left exactly one
@@ -33,7 +35,7 @@ from plugin_startup import SERVER, trees
 
 PROBE = """
 import PRELOAD
-import json, sys, time, types
+import json, os, sys, time, types
 import sglang.srt.plugins as plugins
 import sglang.srt.utils as utils
 T, seen = {}, {}
@@ -59,9 +61,19 @@ timed(memo, "_fingerprint", "fingerprints")
 timed(memo, "_quiet", "quiet")
 timed(json, "dumps", "json.dumps")
 timed(memo, "replace_at", "write")
+timed(os, "makedirs", "makedirs")
+import gc
+gc_start, T["gc"] = [0.0], 0.0
+def watch(phase, info):  # the garbage collector's own time inside the window
+    if phase == "start":
+        gc_start[0] = time.perf_counter()
+    else:
+        T["gc"] += (time.perf_counter() - gc_start[0]) * 1e3
 t = time.perf_counter()
+gc.callbacks.append(watch)
 plugins.load_plugins()
 utils.configure_logger(types.SimpleNamespace(log_level="error"), prefix=" TP0")
+gc.callbacks.remove(watch)
 T["window"] = (time.perf_counter() - t) * 1e3
 ok = {"missed": seen.get("lookup", 0) is None, "judged": "sglang_dsv4_fix.verdict" in sys.modules,
       "wrote": "write" in T, "no fswrite": "sglang_dsv4_fix.fswrite" not in sys.modules}
@@ -69,7 +81,7 @@ print("PARTS", repr(T))
 print("OK", repr(ok))
 """
 ORDER = ("import", "lookup", "judge", "store", "own files", "fingerprints",
-         "quiet", "json.dumps", "write", "window")  # fmt: skip
+         "quiet", "json.dumps", "write", "makedirs", "gc", "window")  # fmt: skip
 
 
 def probe(self_site: Path, site: Path, cache: Path, memo: Path) -> dict[str, float]:
