@@ -38,16 +38,20 @@ import PRELOAD
 import json, os, sys, time, types
 import sglang.srt.plugins as plugins
 import sglang.srt.utils as utils
-T, seen = {}, {}
-def timed(owner, name, key):
+T, seen, inside = {}, {}, set()
+def timed(owner, name, key):  # a call inside another of the same key (makedirs') counts once
     fn = getattr(owner, name)
     def run(*a, **k):
+        if key in inside:
+            return fn(*a, **k)
+        inside.add(key)
         t = time.perf_counter()
         try:
             out = fn(*a, **k)
             seen.setdefault(key, out)
             return out
         finally:
+            inside.discard(key)
             T[key] = T.get(key, 0.0) + (time.perf_counter() - t) * 1e3
     setattr(owner, name, run)
 t = time.perf_counter()
