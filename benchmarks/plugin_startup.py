@@ -1,7 +1,7 @@
 """What the plugin adds to an SGLang process's start, under SGLang's real ``load_plugins()``.
 
 Usage: python benchmarks/plugin_startup.py [--rounds 12] [--budget SECONDS] [--baseline REF]
-                                           [--arms none,first,baseline,bfirst]
+                                           [--arms none,plugin,first,off,baseline,bfirst]
 Runs from a temporary folder (never the checkout: its *.egg-info would expose the entry point to
 the "none" arm too), in the tests' cached interpreter (tests/plugin_env.py) with the real SGLang
 0.5.16 and what ``sglang.srt.server_args`` needs. Each probe is a fresh interpreter that imports
@@ -18,12 +18,15 @@ nvcc). Three arms per tree, in rotating order each round:
   after a tree's first takes the status the first one stored;
 - ``first``: this package with an empty start memo in every probe: the first process after a
   change judges the tree and stores the memo;
+- ``off`` (only when ``--arms`` names it): this package with ``SGLANG_DSV4_FIX_MEMO=off``: every
+  process judges and stores nothing, so ``first`` minus ``off`` is what the memo costs a first
+  process;
 - ``baseline`` (with ``--baseline REF``): this package as committed at git ``REF``, installed the
   same way, asserted as ``plugin``: the code before a change, in the same rounds as the change;
 - ``bfirst`` (with ``--baseline REF``, only when ``--arms`` names it): that install with an empty
   start memo in every probe, as ``first``: the first process before a change.
 ``--arms`` runs only the arms it names (fewer arms, more rounds in the same time); the default is
-every arm but ``bfirst``.
+every arm but ``off`` and ``bfirst``.
 Prints medians side by side, of wall-clock time and of the probe thread's CPU time (on a busy
 machine the second is the work itself), then the plugins' own part of the window, timed inside it
 (each entry point's ``ep.load()`` and call, through a wrapper around ``EntryPoint.load``, and
@@ -49,7 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 RELEASE = "0.5.16"
 TARGET_MS = 3.0
 ARMS = ("none", "empty", "plugin", "first")
-OURS = ("plugin", "first", "baseline", "bfirst")  # ours: as checked out, and at --baseline
+OURS = ("plugin", "first", "off", "baseline", "bfirst")  # ours: as checked out, at --baseline
+NAMED_ONLY = ("off", "bfirst")  # arms run only when --arms names them
 FRESH = ("first", "bfirst")  # an empty start memo in every probe
 EMPTY = "sglang_plugin_that_does_nothing"
 SERVER = "torch, sglang.srt.server_args"  # what every server process has loaded before
@@ -102,6 +106,8 @@ def measure(
     if arm in FRESH:
         memo = Path(tempfile.mkdtemp(prefix="first-memo-", dir=cache.parent))
     env = {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0", "XDG_CACHE_HOME": str(memo)}
+    if arm == "off":
+        env["SGLANG_DSV4_FIX_MEMO"] = "off"
     code = PROBE.replace("PRELOAD", preload)
     if python is None:
         from plugin_env import run_python
@@ -237,9 +243,9 @@ def main() -> int:
     parser.add_argument("--baseline", metavar="REF",
                         help="also time this package as committed at git REF, in the same rounds")  # fmt: skip
     parser.add_argument("--arms", type=lambda s: s.split(","), metavar="A,B,...",
-                        help="only these arms (none, empty, plugin, first, baseline, bfirst)")  # fmt: skip
+                        help="only these arms (none, empty, plugin, first, off, baseline, bfirst)")  # fmt: skip
     args = parser.parse_args()
-    wanted = args.arms or [a for a in (*ARMS, "baseline") if a != "bfirst"]
+    wanted = args.arms or [a for a in (*ARMS, "baseline") if a not in NAMED_ONLY]
     if not {"none", *wanted} <= {*ARMS, *OURS} or ("bfirst" in wanted and not args.baseline):
         parser.error(f"--arms: none is needed, and only {', '.join((*ARMS, *OURS))} (baseline "
                      "and bfirst with --baseline)")  # fmt: skip
@@ -248,7 +254,7 @@ def main() -> int:
         os.chdir(tmp)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (install_self(tmp / "self"),)}  # fmt: skip
-        sites["first"] = sites["plugin"]
+        sites["first"] = sites["off"] = sites["plugin"]
         if args.baseline:
             sites["baseline"] = sites["bfirst"] = (install_ref(args.baseline, tmp / "baseline"),)
         sites = {arm: site for arm, site in sites.items() if arm in wanted}

@@ -9,8 +9,8 @@ process has them, or, if the host cannot import ``server_args``, ``torch, sglang
 says so. BUDGET_S: start no round after that many seconds (the table covers the rounds done).
 With ``COST_BASELINE=SITE`` in the environment, a ``baseline`` arm times the package installed
 there in the same rounds (benchmarks/plugin_startup.py's ``--baseline``, asserted the same way).
-``COST_ARMS=none,plugin,...`` runs only those arms; ``bfirst``, the baseline's first process, runs
-only when named (a probe imports torch: ~7 s a probe on the H200 host, 12 probes a round with
+``COST_ARMS=none,plugin,...`` runs only those arms; ``off`` (the memo off) and ``bfirst`` (the
+baseline's first process) run only when named (a probe imports torch: ~7 s a probe on the H200 host, 12 probes a round with
 four arms: fewer arms, more rounds in one call's time).
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from plugin_startup import empty_plugin, host_preload, run, table, trees
+from plugin_startup import NAMED_ONLY, empty_plugin, host_preload, run, table, trees
 
 
 def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: str = "") -> int:
@@ -33,11 +33,11 @@ def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: st
         tmp = Path(name)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (Path(self_site),)}  # fmt: skip
-        sites["first"] = sites["plugin"]  # the same install, its start memo empty in every probe
+        sites["first"] = sites["off"] = sites["plugin"]  # the same install: an empty memo, none
         if os.environ.get("COST_BASELINE"):  # bfirst: the same, its start memo empty each probe
             sites["baseline"] = sites["bfirst"] = (Path(os.environ["COST_BASELINE"]),)
         named = os.environ.get("COST_ARMS")
-        arms = named.split(",") if named else [a for a in sites if a != "bfirst"]
+        arms = named.split(",") if named else [a for a in sites if a not in NAMED_ONLY]
         sites = {arm: sites[arm] for arm in arms}
         cases = trees(tmp, Path(release))
         samples = run(int(rounds), cases, sites, (Path(extra),), sys.executable, preload,
