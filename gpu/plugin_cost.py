@@ -10,8 +10,8 @@ says so. BUDGET_S: start no round after that many seconds (the table covers the 
 With ``COST_BASELINE=SITE`` in the environment, a ``baseline`` arm times the package installed
 there in the same rounds (benchmarks/plugin_startup.py's ``--baseline``, asserted the same way).
 ``COST_ARMS=none,plugin,...`` runs only those arms; ``off`` (the memo off) and ``bfirst`` (the
-baseline's first process) run only when named (a probe imports torch: ~7 s a probe on the H200 host, 12 probes a round with
-four arms: fewer arms, more rounds in one call's time).
+baseline's first process) run only when named (a probe imports torch: ~7 s a probe on the H200
+host, 12 probes a round with four arms: fewer arms, more rounds in one call's time).
 """
 
 from __future__ import annotations
