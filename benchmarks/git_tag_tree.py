@@ -1,0 +1,82 @@
+"""What the plugin adds to a process whose tree names its release only by a git tag.
+
+Usage: python benchmarks/git_tag_tree.py [--rounds 8]
+Run from a temporary folder, like benchmarks/plugin_startup.py, whose probe, install and cached
+interpreter it reuses. The tree: the real SGLang 0.5.16 (racy, as released) laid out as a source
+checkout that was never built or pip-installed (``python/sglang``, no dist-info, no
+``sglang/_version.py``), committed in a fresh git repository and tagged ``v0.5.16``. The plugin
+then reads the release with ``git tag --points-at HEAD`` and keeps no start memo (a git tag is not
+a path it can fingerprint: docs/plugin.md), so every process judges. Two arms per round, in
+rotating order: ``none`` and ``plugin`` (its memo folder kept between probes, as in
+plugin_startup). Asserts per probe that ``none`` loads no plugin and ``plugin`` does; at the end,
+that the start line named release 0.5.16 and that no memo entry was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plugin_startup import PROBE, RELEASE, SERVER, measure
+
+
+def checkout(dest: Path) -> Path:
+    """The release as a tagged, never-built source checkout; its ``python/`` folder."""
+    from plugin_env import release_site
+
+    skip = shutil.ignore_patterns(".complete", "sglang-*.dist-info", "_version.py")
+    shutil.copytree(release_site(RELEASE), dest / "python", symlinks=True, ignore=skip)
+    git = ("git", "-C", str(dest), "-c", "user.name=bench", "-c", "user.email=bench@localhost")
+    for args in (("init", "-q"), ("add", "-A"), ("commit", "-qm", RELEASE), ("tag", f"v{RELEASE}")):
+        subprocess.run((*git, *args), check=True)
+    return dest / "python"
+
+
+def main() -> int:
+    from plugin_env import install_self, run_python, server_site
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        os.chdir(tmp)
+        sites = {"none": (), "plugin": (install_self(tmp / "self"),)}
+        site, cache = checkout(tmp / "git"), tmp / "empty"
+        cache.mkdir()
+        samples: dict[str, list[tuple[float, float, float, float, int]]] = {}
+        for i in range(args.rounds):
+            for arm in ("none", "plugin") if i % 2 == 0 else ("plugin", "none"):
+                ms = measure(arm, cache, *sites[arm], site, server_site())
+                samples.setdefault(arm, []).append(ms)
+        env = {"TVM_FFI_CACHE_DIR": str(cache), "XDG_CACHE_HOME": str(tmp / "empty-memo")}
+        done = run_python(PROBE.replace("PRELOAD", SERVER), *sites["plugin"], site,
+                          server_site(), env=env)  # fmt: skip
+        memo = cache.with_name(f"{cache.name}-memo") / "sglang-dsv4-fix" / "start"
+        entries = list(memo.glob("*.json")) if memo.is_dir() else []
+    assert f"release={RELEASE} " in done.stderr, done.stderr[-2000:]
+    assert not entries, entries
+    print(f"SGLang {RELEASE} as a tagged source checkout, load_plugins() + configure_logger(), "
+          f"median of {args.rounds} (ms)")  # fmt: skip
+    print(f"{'arm':8} {'window':>7} {'added':>7} {'own':>7} {'logger':>7} {'modules':>8}")
+    none = statistics.median(x[0] for x in samples["none"])
+    for arm, xs in samples.items():
+        window, own, logger = (statistics.median(x[i] for x in xs) for i in (0, 2, 3))
+        mods = sorted({x[4] for x in xs})
+        print(f"{arm:8} {window:7.2f} {window - none:7.2f} {own:7.2f} {logger:7.2f} "
+              f"{mods[0]:>4}-{mods[-1]}")  # fmt: skip
+    print("release read from the git tag in every process; memo entries written: 0")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
