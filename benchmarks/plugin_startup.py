@@ -101,10 +101,11 @@ def measure(
     """One probe in a fresh interpreter: the tests' cached one, or ``python`` (gpu/plugin_cost.py
     runs the GPU host's own, and says what it could ``preload``)."""
     # one hash seed for every probe: the arms differ by what they run, not by their dicts' layout;
-    # the start memo beside the JIT cache, the same for every probe of a tree but "first"'s
+    # the start memo beside the JIT cache, the same for every probe of a tree but those of the
+    # arms that start from an empty one (FRESH) and of "off" (checked to write nothing)
     memo = cache.with_name(f"{cache.name}-memo")
-    if arm in FRESH:
-        memo = Path(tempfile.mkdtemp(prefix="first-memo-", dir=cache.parent))
+    if arm in FRESH or arm == "off":
+        memo = Path(tempfile.mkdtemp(prefix=f"{arm}-memo-", dir=cache.parent))
     env = {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0", "XDG_CACHE_HOME": str(memo)}
     if arm == "off":
         env["SGLANG_DSV4_FIX_MEMO"] = "off"
@@ -125,6 +126,8 @@ def measure(
     else:  # the baselines must really run without this plugin
         assert loaded == "0" and mods == "0" and "sglang_dsv4_fix" not in names, line
         assert (EMPTY in names) == (arm == "empty"), line
+    if arm == "off":  # the memo really off: its folder, empty before, is left empty
+        assert not any(memo.iterdir()), list(memo.iterdir())
     return float(wall), float(cpu), float(own), float(logger), int(mods)
 
 
@@ -246,8 +249,9 @@ def main() -> int:
                         help="only these arms (none, empty, plugin, first, off, baseline, bfirst)")  # fmt: skip
     args = parser.parse_args()
     wanted = args.arms or [a for a in (*ARMS, "baseline") if a not in NAMED_ONLY]
-    if not {"none", *wanted} <= {*ARMS, *OURS} or ("bfirst" in wanted and not args.baseline):
-        parser.error(f"--arms: none is needed, and only {', '.join((*ARMS, *OURS))} (baseline "
+    known, by_ref = {*ARMS, *OURS}, {"baseline", "bfirst"} & set(wanted)
+    if "none" not in wanted or not set(wanted) <= known or (by_ref and not args.baseline):
+        parser.error(f"--arms: none is needed, and only {', '.join(dict.fromkeys((*ARMS, *OURS)))} (baseline "
                      "and bfirst with --baseline)")  # fmt: skip
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
