@@ -213,13 +213,15 @@ def run(
     budget: float | None = None,
 ) -> dict[tuple[str, str], list[Sample]]:  # fmt: skip
     """Every arm of every tree, ``rounds`` times, the arms' order rotating each round, one probe
-    at a time. With ``budget`` (seconds), no round starts once it is spent: a run under a time
-    limit ends with the rounds it finished rather than with nothing."""
+    at a time. With ``budget`` (seconds), no round starts that would end past it at the pace of
+    the slowest round so far: a run under a time limit ends with the rounds it finished rather
+    than with nothing."""
     samples: dict[tuple[str, str], list[Sample]] = {}
-    start = time.monotonic()
+    start = last = time.monotonic()
+    slowest = 0.0
     for i in range(rounds):
-        if i and budget is not None and time.monotonic() - start > budget:
-            print(f"budget of {budget:.0f} s spent after {i} rounds", file=sys.stderr)
+        if i and budget is not None and time.monotonic() - start + slowest > budget:
+            print(f"budget of {budget:.0f} s: no room for round {i + 1}", file=sys.stderr)
             break
         arms = tuple(sites)
         order = arms[i % len(arms) :] + arms[: i % len(arms)]
@@ -227,7 +229,9 @@ def run(
             for arm in order:
                 ms = measure(arm, cache, *sites[arm], site, *extra, python=python, preload=preload)
                 samples.setdefault((tree, arm), []).append(ms)
-        print(f"round {i + 1}/{rounds} ({time.monotonic() - start:.0f} s)", file=sys.stderr)
+        now = time.monotonic()
+        slowest, last = max(slowest, now - last), now
+        print(f"round {i + 1}/{rounds} ({now - start:.0f} s)", file=sys.stderr)
     return samples
 
 

@@ -6,7 +6,8 @@ SELF_SITE: this package pip-installed with its entry point; RELEASE_TREE: an unp
 0.5.16 wheel (with its dist-info); EXTRA_SITE: what the release needs beyond this host's site
 (apache-tvm-ffi, small packages). Preloads ``torch, sglang.srt.server_args`` as every server
 process has them, or, if the host cannot import ``server_args``, ``torch, sglang.srt.utils`` and
-says so. BUDGET_S: start no round after that many seconds (the table covers the rounds done).
+says so. BUDGET_S: start no round that would end past that many seconds at the pace of the
+slowest round so far (the table covers the rounds done).
 With ``COST_BASELINE=SITE`` in the environment, a ``baseline`` arm times the package installed
 there in the same rounds (benchmarks/plugin_startup.py's ``--baseline``, asserted the same way).
 ``COST_ARMS=none,plugin,...`` runs only those arms; ``off`` (the memo off) and ``bfirst`` (the
