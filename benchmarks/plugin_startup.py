@@ -1,7 +1,7 @@
 """What the plugin adds to an SGLang process's start, under SGLang's real ``load_plugins()``.
 
 Usage: python benchmarks/plugin_startup.py [--rounds 12] [--budget SECONDS] [--baseline REF]
-                                           [--arms none,plugin,first,off,baseline,bfirst]
+                                           [--arms none,plugin,first,changed,off,...]
 Runs from a temporary folder (never the checkout: its *.egg-info would expose the entry point to
 the "none" arm too), in the tests' cached interpreter (tests/plugin_env.py) with the real SGLang
 0.5.16 and what ``sglang.srt.server_args`` needs. Each probe is a fresh interpreter that imports
@@ -16,8 +16,12 @@ nvcc). Three arms per tree, in rotating order each round:
 - ``plugin``: this package (asserted: entry point present, module imported), its start memo
   (memo.py) kept between the probes of a tree, as between the processes of a server: every probe
   after a tree's first takes the status the first one stored;
-- ``first``: this package with an empty start memo in every probe: the first process after a
-  change judges the tree and stores the memo;
+- ``first``: this package with an empty start memo in every probe: the host's first process
+  judges the tree, makes the memo's folder and stores the entry;
+- ``changed`` (only when ``--arms`` names it): this package, its memo folder holding the tree's
+  entry with the last of its inputs changed: the first process after a change on a host that ran
+  the plugin before (the entry read, compared path by path to the last, rejected; the tree judged
+  and the entry stored again; asserted per probe);
 - ``off`` (only when ``--arms`` names it): this package with ``SGLANG_DSV4_FIX_MEMO=off``: every
   process judges and stores nothing, so ``first`` minus ``off`` is what the memo costs a first
   process;
@@ -26,7 +30,7 @@ nvcc). Three arms per tree, in rotating order each round:
 - ``bfirst`` (with ``--baseline REF``, only when ``--arms`` names it): that install with an empty
   start memo in every probe, as ``first``: the first process before a change.
 ``--arms`` runs only the arms it names (fewer arms, more rounds in the same time); the default is
-every arm but ``off`` and ``bfirst``.
+every arm but ``changed``, ``off`` and ``bfirst``.
 Prints medians side by side, of wall-clock time and of the probe thread's CPU time (on a busy
 machine the second is the work itself), then the plugins' own part of the window, timed inside it
 (each entry point's ``ep.load()`` and call, through a wrapper around ``EntryPoint.load``, and
@@ -52,8 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 RELEASE = "0.5.16"
 TARGET_MS = 3.0
 ARMS = ("none", "empty", "plugin", "first")
-OURS = ("plugin", "first", "off", "baseline", "bfirst")  # ours: as checked out, at --baseline
-NAMED_ONLY = ("off", "bfirst")  # arms run only when --arms names them
+# ours: this checkout (the first four), as committed at --baseline (the last two)
+OURS = ("plugin", "first", "changed", "off", "baseline", "bfirst")
+NAMED_ONLY = ("changed", "off", "bfirst")  # arms run only when --arms names them
 FRESH = ("first", "bfirst")  # an empty start memo in every probe
 EMPTY = "sglang_plugin_that_does_nothing"
 SERVER = "torch, sglang.srt.server_args"  # what every server process has loaded before
@@ -104,21 +109,14 @@ def measure(
     # the start memo beside the JIT cache, the same for every probe of a tree but those of the
     # arms that start from an empty one (FRESH) and of "off" (checked to write nothing)
     memo = cache.with_name(f"{cache.name}-memo")
-    if arm in FRESH or arm == "off":
+    if arm in FRESH or arm in ("changed", "off"):
         memo = Path(tempfile.mkdtemp(prefix=f"{arm}-memo-", dir=cache.parent))
     env = {"TVM_FFI_CACHE_DIR": str(cache), "PYTHONHASHSEED": "0", "XDG_CACHE_HOME": str(memo)}
     if arm == "off":
         env["SGLANG_DSV4_FIX_MEMO"] = "off"
     code = PROBE.replace("PRELOAD", preload)
-    if python is None:
-        from plugin_env import run_python
-
-        done = run_python(code, *path, env=env)
-    else:
-        done = _run(python, code, *path, env=env)
-    line = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
-    if done.returncode != 0 or line is None:
-        raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
+    stale = _plant_stale(memo, code, cache, path, python, env) if arm == "changed" else None
+    line = _probe(code, path, python, env)
     wall, cpu, loaded, listed, own, logger, mods = line.split()[1:]
     names = listed.split(",")
     if arm in OURS:
@@ -128,7 +126,47 @@ def measure(
         assert (EMPTY in names) == (arm == "empty"), line
     if arm == "off":  # the memo really off: its folder, empty before, is left empty
         assert not any(memo.iterdir()), list(memo.iterdir())
+    if stale is not None:  # the stale entry was rejected: the tree judged, the entry stored anew
+        assert stale[0].read_bytes() != stale[1], f"the stale entry stayed: {line}"
     return float(wall), float(cpu), float(own), float(logger), int(mods)
+
+
+def _probe(code: str, path: tuple[Path, ...], python: str | None, env: dict[str, str]) -> str:
+    """The probe's ``MS`` line, from the tests' cached interpreter or ``python``."""
+    if python is None:
+        from plugin_env import run_python
+
+        done = run_python(code, *path, env=env)
+    else:
+        done = _run(python, code, *path, env=env)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("MS ")), None)
+    if done.returncode != 0 or line is None:
+        raise SystemExit(f"probe failed:\n{done.stderr[-2000:]}")
+    return line
+
+
+def _plant_stale(
+    memo: Path, code: str, cache: Path, path: tuple[Path, ...], python: str | None,
+    env: dict[str, str],
+) -> tuple[Path, bytes]:  # fmt: skip
+    """The tree's entry, as a first process stores it (one untimed probe per tree and install,
+    kept), put into ``memo`` with its last input's mtime moved back 1 ns; returns its path and
+    bytes."""
+    import json
+
+    seed = cache.with_name(f"{cache.name}-seed-{abs(hash(path)):x}")
+    if not seed.exists():
+        seed.mkdir()
+        _probe(code, path, python, {**env, "XDG_CACHE_HOME": str(seed)})
+    (entry,) = (seed / "sglang-dsv4-fix" / "start").glob("*.json")
+    data = json.loads(entry.read_bytes())
+    for fingerprint in data["inputs"][-1][1]:  # [lstat, stat]: both the same file's here
+        fingerprint[4] -= 1
+    folder = memo / "sglang-dsv4-fix" / "start"
+    folder.mkdir(mode=0o700, parents=True)
+    stale = json.dumps(data).encode()
+    (folder / entry.name).write_bytes(stale)
+    return folder / entry.name, stale
 
 
 def _run(
@@ -245,12 +283,13 @@ def main() -> int:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="start no round after this long; the table covers the rounds done",
+        help="start no round that would end past this at the slowest round's pace; the table "
+        "covers the rounds done",
     )
     parser.add_argument("--baseline", metavar="REF",
                         help="also time this package as committed at git REF, in the same rounds")  # fmt: skip
     parser.add_argument("--arms", type=lambda s: s.split(","), metavar="A,B,...",
-                        help="only these arms (none, empty, plugin, first, off, baseline, bfirst)")  # fmt: skip
+                        help="only these arms (none, empty, plugin, first, changed, off, baseline, bfirst)")  # fmt: skip
     args = parser.parse_args()
     wanted = args.arms or [a for a in (*ARMS, "baseline") if a not in NAMED_ONLY]
     known, by_ref = {*ARMS, *OURS}, {"baseline", "bfirst"} & set(wanted)
@@ -262,7 +301,7 @@ def main() -> int:
         os.chdir(tmp)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (install_self(tmp / "self"),)}  # fmt: skip
-        sites["first"] = sites["off"] = sites["plugin"]
+        sites["first"] = sites["changed"] = sites["off"] = sites["plugin"]
         if args.baseline:
             sites["baseline"] = sites["bfirst"] = (install_ref(args.baseline, tmp / "baseline"),)
         sites = {arm: site for arm, site in sites.items() if arm in wanted}

@@ -10,9 +10,10 @@ says so. BUDGET_S: start no round that would end past that many seconds at the p
 slowest round so far (the table covers the rounds done).
 With ``COST_BASELINE=SITE`` in the environment, a ``baseline`` arm times the package installed
 there in the same rounds (benchmarks/plugin_startup.py's ``--baseline``, asserted the same way).
-``COST_ARMS=none,plugin,...`` runs only those arms; ``off`` (the memo off) and ``bfirst`` (the
-baseline's first process) run only when named (a probe imports torch: ~7 s a probe on the H200
-host, 12 probes a round with four arms: fewer arms, more rounds in one call's time).
+``COST_ARMS=none,plugin,...`` runs only those arms; ``changed`` (a stale entry), ``off`` (the memo
+off) and ``bfirst`` (the baseline's first process) run only when named (a probe imports torch: ~7 s
+a probe on the H200 host, 12 probes a round with four arms: fewer arms, more rounds in one call's
+time).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def main(self_site: str, release: str, extra: str, rounds: str = "8", budget: st
         tmp = Path(name)
         sites = {"none": (), "empty": (empty_plugin(tmp / "empty-plugin"),),
                  "plugin": (Path(self_site),)}  # fmt: skip
-        sites["first"] = sites["off"] = sites["plugin"]  # the same install: an empty memo, none
+        sites["first"] = sites["changed"] = sites["off"] = sites["plugin"]  # the same install
         if os.environ.get("COST_BASELINE"):  # bfirst: the same, its start memo empty each probe
             sites["baseline"] = sites["bfirst"] = (Path(os.environ["COST_BASELINE"]),)
         named = os.environ.get("COST_ARMS")
