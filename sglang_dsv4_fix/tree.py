@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,22 @@ METADATA_LIMIT = 1024 * 1024  # a dist-info METADATA (sglang's: ~30 KB) or _vers
 # its first 4 KB (of ~30), and the whole file only if Version is not among the whole lines there.
 METADATA_HEAD = 4096
 _RELEASE = r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$"  # a release tag (compiled when a tag is read)
+# What ``git tag --points-at HEAD`` reads in a checkout whose .git is a folder of its own: HEAD,
+# the refs (loose files, packed-refs or a reftable) and the config (the objects they name never
+# change). Where git may read more than these (a linked work tree's common folder, a GIT_*
+# variable that moves or reconfigures the repository, refs past the limit), the release rests on
+# more than paths.
+_GIT_PATHS = ("HEAD", "config", "commondir", "objects", "packed-refs", "reftable", "shallow",
+              "refs")  # fmt: skip
+# where git looks for a ref named HEAD before it takes .git/HEAD (ambiguity is checked)
+_GIT_HEADS = ("refs/HEAD", "refs/tags/HEAD", "refs/heads/HEAD", "refs/remotes/HEAD",
+              "refs/remotes/HEAD/HEAD")  # fmt: skip
+_GIT_REFS = ("refs/heads", "refs/tags", "refs/replace")
+# who commits, how git reaches remotes, what it shows: never what a read of the refs sees
+_GIT_HARMLESS = ("GIT_AUTHOR_", "GIT_COMMITTER_", "GIT_SSL_", "GIT_SSH", "GIT_HTTP_", "GIT_CURL_",
+                 "GIT_PROXY_", "GIT_ASKPASS", "GIT_TERMINAL_PROMPT", "GIT_PAGER", "GIT_EDITOR",
+                 "GIT_TRACE")  # fmt: skip
+_GIT_REF_LIMIT = 4096
 
 
 OWN_TAG = "sglang-dsv4-fix"  # in the names of our files beside a kernel
@@ -110,16 +127,19 @@ def find_tree(path: str | Path | None = None) -> Tree:
 
 def inputs(tree: Tree) -> list[Path] | None:
     """Every path :func:`find_tree` read or looked for to find ``tree`` (memo.py keeps a start
-    status on them); None when it also asked git for a release tag (not a list of paths)."""
-    if tree.release_source == "git tag":
-        return None
+    status on them), with what git read where it was asked for a release tag; None where git
+    may have read more."""
     package = tree.package_dir
     looked = [package.parent, package.parent.parent / ".git", package / "_version.py"]
     for candidate in _candidates(tree.root):
         looked += [candidate, candidate / "__init__.py"]
         looked += [candidate / root for root in KERNEL_ROOTS.values()]
     looked += [package / root / KERNEL_IN_ROOT for root in KERNEL_ROOTS.values()]
-    return looked + [info / "METADATA" for info in _dist_infos(package.parent)]
+    looked += [info / "METADATA" for info in _dist_infos(package.parent)]
+    if tree.git_root is None or tree.release_source not in ("git tag", "unknown"):
+        return looked  # git was not asked
+    git = _git_inputs(tree.git_root)
+    return None if git is None else looked + git
 
 
 def _importable_package() -> Path:
@@ -271,3 +291,42 @@ def _from_git_tag(git_root: Path) -> str | None:
         return None
     tags = [m.group(1) for t in out.split() if (m := re.match(_RELEASE, t))]
     return tags[0] if len(tags) == 1 else None
+
+
+def _git_inputs(root: Path) -> list[Path] | None:
+    """The paths a release tag read by :func:`_from_git_tag` rests on, or None."""
+    if any(k.startswith("GIT_") and not k.startswith(_GIT_HARMLESS) for k in os.environ):
+        return None
+    git = root / ".git"
+    try:
+        if not stat.S_ISDIR(os.lstat(git).st_mode) or os.path.lexists(git / "commondir"):
+            return None
+    except OSError:
+        return None
+    home = Path(os.path.expanduser("~"))
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "git" / "config"
+    found = [root, git, *(git / p for p in (*_GIT_PATHS, *_GIT_HEADS))]
+    found += [Path("/etc/gitconfig"), home / ".gitconfig", config]
+    for top in _GIT_REFS:  # a ref written anew is a new entry of its folder (git renames it in)
+        refs = _under(git / top, _GIT_REF_LIMIT - len(found))
+        if refs is None:
+            return None
+        found += refs
+    return found
+
+
+def _under(top: Path, limit: int) -> list[Path] | None:
+    """``top`` and everything under it (links not followed), or None past ``limit`` paths."""
+    found, folders = [top], [top]
+    while folders:
+        try:
+            with os.scandir(folders.pop()) as it:
+                for entry in it:
+                    found.append(Path(entry.path))
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(Path(entry.path))
+        except OSError:  # missing or no folder: its fingerprint tells
+            pass
+        if len(found) > limit:
+            return None
+    return found

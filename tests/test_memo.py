@@ -181,6 +181,68 @@ def test_a_change_to_what_the_verdict_rests_on_reaches_the_next_process(
     assert (after.line == before.line) == (change is _second_dist_info), after.line
 
 
+def git_checkout(tmp_path: Path, tag: str | None = "v0.5.16") -> Path:
+    """The real 0.5.16 as a source checkout never built (no dist-info, no ``sglang/_version.py``):
+    only a git tag on HEAD can name its release. Its ``python/`` folder. (The files are left
+    untracked: git is asked for the tag alone.)"""
+    root = tmp_path / "checkout"
+    skip = shutil.ignore_patterns(".complete", "sglang-*.dist-info", "_version.py")
+    shutil.copytree(release_site("0.5.16"), root / "python", symlinks=True, ignore=skip)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "commit", "-q", "--allow-empty", "-m", "0.5.16")
+    if tag:
+        git(root, "tag", tag)
+    return root / "python"
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(("git", "-C", str(root), *args), check=True, capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("tag", "change", "release"),
+    [
+        ("v0.5.16", ("commit", "-q", "--allow-empty", "-m", "next"), "?"),
+        ("v0.5.16", ("tag", "v0.5.17"), "?"),  # two release tags: neither is believed
+        ("v0.5.16", ("tag", "-d", "v0.5.16"), "?"),
+        ("v0.5.16", ("config", "core.abbrev", "12"), "0.5.16"),
+        ("v0.5.16", ("pack-refs", "--all"), "0.5.16"),
+        ("v0.5.16", ("checkout", "-q", "--detach"), "0.5.16"),
+        (None, ("tag", "v0.5.15"), "0.5.15"),  # no tag, then one
+    ],
+    ids=["commit", "second-tag", "tag-deleted", "config", "refs-packed", "detached", "tag-added"],
+)  # fmt: skip
+def test_a_release_named_by_git_is_kept_until_git_would_say_otherwise(
+    tag: str | None, change: tuple[str, ...], release: str, self_site: Path, tmp_path: Path,
+    isolated_home: Path,
+) -> None:  # fmt: skip
+    cache, site = tmp_path / "cache", git_checkout(tmp_path, tag)
+    quiet()
+    before = start(self_site, site, cache)
+    assert not before.hit and entries(isolated_home)
+    assert start(self_site, site, cache).hit
+    git(site.parent, *change)
+    after = start(self_site, site, cache)  # at once: within the file system's clock tick too
+    assert not after.hit and after.line == judged(self_site, site, cache).line
+    assert f" release={release} " in after.line, after.line
+    quiet()
+    start(self_site, site, cache)
+    assert start(self_site, site, cache).hit  # kept again once git is quiet
+
+
+def test_git_told_where_to_look_is_never_kept(
+    self_site: Path, tmp_path: Path, isolated_home: Path
+) -> None:
+    """A GIT_* variable may point git at another repository or config: not a path of the tree."""
+    cache, site = tmp_path / "cache", git_checkout(tmp_path)
+    quiet()
+    env = {"TVM_FFI_CACHE_DIR": str(cache), "GIT_CONFIG_NOSYSTEM": "1"}
+    first = Start(run_python(SERVE, self_site, site, env=env))
+    assert " release=0.5.16 " in first.line
+    assert not Start(run_python(SERVE, self_site, site, env=env)).hit
+    assert entries(isolated_home) == []
+
+
 def test_another_jit_cache_is_another_entry(
     self_site: Path, tmp_path: Path, isolated_home: Path
 ) -> None:
@@ -332,18 +394,20 @@ CALL = re.compile(r'^\d+\s+(\w+)\((?:(\w+)<([^>]*)>|AT_FDCWD|-?\d+)?,?\s*"([^"]*
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace")
-@pytest.mark.parametrize("case", ["racy", "fixed, empty cache", "fixed, build noted"])
+@pytest.mark.parametrize("case", ["racy", "fixed, empty cache", "fixed, build noted", "git tag"])
 def test_every_path_the_judgement_touches_is_an_input(
     case: str, self_site: Path, tmp_path: Path
 ) -> None:
-    """Under strace, every file system call of the judgement on a path in the tree or the cache
-    names a path of ``verdict.inputs`` (or a file of ours): a new read that the memo's key does
-    not cover fails here."""
+    """Under strace, every file system call of the judgement (git's too) on a path in the tree or
+    the cache names a path of ``verdict.inputs`` (or a file of ours): a new read that the memo's
+    key does not cover fails here. Git's objects are left out: a name's bytes never change."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    site = release_site("0.5.16") if case == "racy" else fixed(tmp_path)
+    site = {"racy": release_site("0.5.16"), "git tag": git_checkout(tmp_path)}.get(case)
+    site = site or fixed(tmp_path)
     if case == "fixed, build noted":
         noted_build(site, cache)
+    tree = site.parent if case == "git tag" else site
     trace = tmp_path / "trace"
     done = subprocess.run(
         (str(STRACE), "-f", "-y", "-e", "trace=%file", "-o", str(trace),
@@ -361,7 +425,7 @@ def test_every_path_the_judgement_touches_is_an_input(
         if m is None:
             continue
         path = os.path.join(m[3], m[4]) if m[3] else m[4]
-        if path.startswith((str(site), str(cache))):
+        if path.startswith((str(tree), str(cache))) and "/.git/objects/" not in path:
             touched.add(os.path.normpath(path))
     ours = {p for p in touched if "/sglang_dsv4_fix/" in p}
     assert touched - ours, "the trace saw nothing: the pattern no longer reads strace's lines"
