@@ -14,7 +14,8 @@ left, with nothing it rests on changed, takes that status and imports none of th
 An entry is written only when none of those paths changed in the second before the judgement
 began, or since (a change within one tick of the file system's clock could leave its times as
 they were: git's "racy clean" problem; a change during the judgement may have been half seen),
-and never for heal mode or for a verdict resting on more than paths (a git tag, a source hash).
+and never for heal mode or for a verdict resting on more than paths (a source hash; a git tag
+read where a GIT_* variable may steer git).
 Entries live in ``$XDG_CACHE_HOME/sglang-dsv4-fix/start`` (else ``~/.cache``), a folder that must
 be this user's and writable by no one else; anything else, any doubt or any error, and the process
 judges its tree as before. ``SGLANG_DSV4_FIX_MEMO=off`` turns it off.

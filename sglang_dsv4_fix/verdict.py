@@ -212,7 +212,8 @@ def inputs(
 ) -> list[Path] | None:
     """Every path the verdict :func:`assess` gave on ``tree`` with ``reads`` rests on (memo.py
     keeps the plugin's start status on them); None when it rests on more than paths show: a
-    release tag from git, or a cache entry told by a source hash or an inventory, not by a note."""
+    release git was asked for where it may read more (``tree.inputs``), or a cache entry told by
+    a source hash or an inventory, not by a note."""
     from sglang_dsv4_fix.tree import inputs as tree_inputs
     from sglang_dsv4_fix.tree import record_path
 
