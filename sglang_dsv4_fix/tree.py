@@ -316,7 +316,10 @@ def _git_inputs(root: Path) -> list[Path] | None:
 
 
 def _under(top: Path, limit: int) -> list[Path] | None:
-    """``top`` and everything under it (links not followed), or None past ``limit`` paths."""
+    """``top`` and everything under it (links not followed), or None past ``limit`` paths or
+    where ``top`` is itself a link (what it points to is not the checkout's)."""
+    if os.path.islink(top):
+        return None
     found, folders = [top], [top]
     while folders:
         try:

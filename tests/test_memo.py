@@ -230,15 +230,25 @@ def test_a_release_named_by_git_is_kept_until_git_would_say_otherwise(
     assert start(self_site, site, cache).hit  # kept again once git is quiet
 
 
-def test_git_told_where_to_look_is_never_kept(
-    self_site: Path, tmp_path: Path, isolated_home: Path
-) -> None:
-    """A GIT_* variable may point git at another repository or config: not a path of the tree."""
+@pytest.mark.parametrize(
+    ("variable", "linked"),
+    [("GIT_CONFIG_NOSYSTEM", None), (None, ".git"), (None, ".git/refs/tags")],
+    ids=["GIT_CONFIG_NOSYSTEM", ".git linked", "refs-tags linked"],
+)
+def test_git_that_may_read_elsewhere_is_never_kept(
+    variable: str | None, linked: str | None, self_site: Path, tmp_path: Path,
+    isolated_home: Path,
+) -> None:  # fmt: skip
+    """A GIT_* variable may point git at another repository or config, a link at another folder:
+    not paths of the checkout. Every process judges, and keeps nothing."""
     cache, site = tmp_path / "cache", git_checkout(tmp_path)
+    env = {"TVM_FFI_CACHE_DIR": str(cache), **({variable: "1"} if variable else {})}
+    if linked:  # moved out of the checkout, a symbolic link left in its place
+        (site.parent / linked).rename(tmp_path / "away")
+        (site.parent / linked).symlink_to(tmp_path / "away")
     quiet()
-    env = {"TVM_FFI_CACHE_DIR": str(cache), "GIT_CONFIG_NOSYSTEM": "1"}
     first = Start(run_python(SERVE, self_site, site, env=env))
-    assert " release=0.5.16 " in first.line
+    assert first.line == judged(self_site, site, cache).line
     assert not Start(run_python(SERVE, self_site, site, env=env)).hit
     assert entries(isolated_home) == []
 
