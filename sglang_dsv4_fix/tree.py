@@ -305,7 +305,7 @@ def _git_inputs(root: Path) -> list[Path] | None:
         return None
     home = Path(os.path.expanduser("~"))
     config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "git" / "config"
-    found = [root, git, *(git / p for p in (*_GIT_PATHS, *_GIT_HEADS))]
+    found = [root, *(git / p for p in (*_GIT_PATHS, *_GIT_HEADS))]  # .git: among inputs' own
     found += [Path("/etc/gitconfig"), home / ".gitconfig", config]
     for top in _GIT_REFS:  # a ref written anew is a new entry of its folder (git renames it in)
         refs = _under(git / top, _GIT_REF_LIMIT - len(found))
