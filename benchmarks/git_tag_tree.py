@@ -4,9 +4,9 @@ Usage: python benchmarks/git_tag_tree.py [--rounds 8]
 Run from a temporary folder, like benchmarks/plugin_startup.py, whose probe, install and cached
 interpreter it reuses. The tree: the real SGLang 0.5.16 (racy, as released) laid out as a source
 checkout that was never built or pip-installed (``python/sglang``, no dist-info, no
-``sglang/_version.py``), committed in a fresh git repository and tagged ``v0.5.16``. The plugin
-reads the release with ``git tag --points-at HEAD``, and keeps it in the start memo on the git
-paths that decide it (docs/plugin.md). Three arms per round, in rotating order: ``none``,
+``sglang/_version.py``) in a fresh git repository, HEAD tagged ``v0.5.16`` (tests/plugin_env.py
+``never_built_checkout``). The plugin reads the release with ``git tag --points-at HEAD``, and
+keeps it in the start memo on the git paths that decide it (docs/plugin.md). Three arms per round, in rotating order: ``none``,
 ``plugin`` (its memo folder kept between probes: every probe after the first takes the entry) and
 ``first`` (an empty memo each probe: judged, git run, the entry stored), as in plugin_startup.
 Asserts per probe that ``none`` loads no plugin and the others do; at the end, that the start line
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,20 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plugin_startup import PROBE, RELEASE, SERVER, measure
 
 
-def checkout(dest: Path) -> Path:
-    """The release as a tagged, never-built source checkout; its ``python/`` folder."""
-    from plugin_env import release_site
-
-    skip = shutil.ignore_patterns(".complete", "sglang-*.dist-info", "_version.py")
-    shutil.copytree(release_site(RELEASE), dest / "python", symlinks=True, ignore=skip)
-    git = ("git", "-C", str(dest), "-c", "user.name=bench", "-c", "user.email=bench@localhost")
-    for args in (("init", "-q"), ("add", "-A"), ("commit", "-qm", RELEASE), ("tag", f"v{RELEASE}")):
-        subprocess.run((*git, *args), check=True)
-    return dest / "python"
-
-
 def main() -> int:
-    from plugin_env import install_self, run_python, server_site
+    from plugin_env import install_self, never_built_checkout, run_python, server_site
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
@@ -52,7 +38,7 @@ def main() -> int:
         tmp = Path(name)
         os.chdir(tmp)
         sites = {"none": (), "plugin": (install_self(tmp / "self"),)}
-        site, cache = checkout(tmp / "git"), tmp / "empty"
+        site, cache = never_built_checkout(RELEASE, tmp / "git", f"v{RELEASE}"), tmp / "empty"
         cache.mkdir()
         samples: dict[str, list[tuple[float, float, float, float, int]]] = {}
         sites["first"] = sites["plugin"]

@@ -181,6 +181,20 @@ def copy_site(site: Path, dest: Path) -> Path:
     return dest
 
 
+def never_built_checkout(version: str, root: Path, tag: str | None) -> Path:
+    """The real release as a source checkout never built or pip-installed (``python/sglang``, no
+    dist-info, no ``sglang/_version.py``), in a fresh git repository with ``tag`` on HEAD: only
+    git can name its release. Its ``python/`` folder. (The files are left untracked: git is asked
+    for the tag alone.)"""
+    skip = shutil.ignore_patterns(".complete", "sglang-*.dist-info", "_version.py")
+    shutil.copytree(release_site(version), root / "python", symlinks=True, ignore=skip)
+    git = ("git", "-C", str(root), "-c", "user.name=test", "-c", "user.email=test@example.invalid")
+    steps = [("init", "-q", "-b", "main"), ("commit", "-q", "--allow-empty", "-m", version)]
+    for args in steps + ([("tag", tag)] if tag else []):
+        subprocess.run((*git, *args), check=True, capture_output=True, timeout=60)
+    return root / "python"
+
+
 def run_python(
     code: str, *path: Path, env: Mapping[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

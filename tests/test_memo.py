@@ -17,7 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-from plugin_env import base_python, child_env, copy_site, install_self, release_site, run_python
+from plugin_env import (
+    base_python,
+    child_env,
+    copy_site,
+    install_self,
+    never_built_checkout,
+    release_site,
+    run_python,
+)
 
 from sglang_dsv4_fix import jitcache, jitsource, memo
 from sglang_dsv4_fix.fsops import sha256_bytes
@@ -182,17 +190,7 @@ def test_a_change_to_what_the_verdict_rests_on_reaches_the_next_process(
 
 
 def git_checkout(tmp_path: Path, tag: str | None = "v0.5.16") -> Path:
-    """The real 0.5.16 as a source checkout never built (no dist-info, no ``sglang/_version.py``):
-    only a git tag on HEAD can name its release. Its ``python/`` folder. (The files are left
-    untracked: git is asked for the tag alone.)"""
-    root = tmp_path / "checkout"
-    skip = shutil.ignore_patterns(".complete", "sglang-*.dist-info", "_version.py")
-    shutil.copytree(release_site("0.5.16"), root / "python", symlinks=True, ignore=skip)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "commit", "-q", "--allow-empty", "-m", "0.5.16")
-    if tag:
-        git(root, "tag", tag)
-    return root / "python"
+    return never_built_checkout("0.5.16", tmp_path / "checkout", tag)
 
 
 def git(root: Path, *args: str) -> None:
@@ -413,8 +411,12 @@ def test_every_path_the_judgement_touches_is_an_input(
     key does not cover fails here. Git's objects are left out: a name's bytes never change."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    site = {"racy": release_site("0.5.16"), "git tag": git_checkout(tmp_path)}.get(case)
-    site = site or fixed(tmp_path)
+    if case == "racy":
+        site = release_site("0.5.16")
+    elif case == "git tag":
+        site = git_checkout(tmp_path)
+    else:
+        site = fixed(tmp_path)
     if case == "fixed, build noted":
         noted_build(site, cache)
     tree = site.parent if case == "git tag" else site
